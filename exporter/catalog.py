@@ -1,0 +1,196 @@
+"""Every metric headroom exports: name, type, labels and help, in one place.
+
+The renderer, the dashboards (``dashboards/``) and the rules (``alerts/``) all import
+their names from here, so a metric cannot be renamed without them following.
+Names are the full exposition names (counters end in ``_total``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "info"]
+
+PREFIX = "headroom_"
+
+# The workload label set: cAdvisor's names, so joins with kube-state-metrics work.
+WORKLOAD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def family(self) -> str:
+        """The name prometheus_client wants for the family (counters without ``_total``)."""
+        if self.type == "counter" and self.name.endswith("_total"):
+            return self.name[: -len("_total")]
+        if self.type == "info" and self.name.endswith("_info"):
+            return self.name[: -len("_info")]
+        return self.name
+
+
+W = WORKLOAD_LABELS
+
+# --- cgroup memory -----------------------------------------------------------------
+MEMORY_LIMIT_BYTES = MetricSpec(
+    "headroom_memory_limit_bytes", "gauge", W,
+    "Effective hard memory limit: the smallest limit on the cgroup's path to the root "
+    "(node memory when no cgroup sets one).",
+)
+MEMORY_USAGE_BYTES = MetricSpec(
+    "headroom_memory_usage_bytes", "gauge", W,
+    "Memory charged to the cgroup: memory.current (v2) or memory.usage_in_bytes (v1).",
+)
+MEMORY_WORKING_SET_BYTES = MetricSpec(
+    "headroom_memory_working_set_bytes", "gauge", W,
+    "usage - inactive_file, floored at 0: the kubelet's working set, for comparison.",
+)
+MEMORY_BYTES = MetricSpec(
+    "headroom_memory_bytes", "gauge", (*W, "kind"),
+    "A partition of usage by kind: anon, shmem (tmpfs, /dev/shm, pinned host memory), "
+    "file_active, file_inactive, kernel, sock (v2) and unaccounted (the residual, so "
+    "the kinds sum to usage exactly).",
+)
+MEMORY_UNRECLAIMABLE_BYTES = MetricSpec(
+    "headroom_memory_unreclaimable_bytes", "gauge", W,
+    "Memory the kernel cannot reclaim without swap: usage - active_file - inactive_file "
+    "- slab_reclaimable (anon, shmem, unevictable, unreclaimable kernel memory and the "
+    "residual). This is the figure that reaches the limit before an OOM kill.",
+)
+MEMORY_PEAK_BYTES = MetricSpec(
+    "headroom_memory_peak_bytes", "gauge", W,
+    "Highest usage over a trailing window (--sampler.window): usage sampled every "
+    "--sampler.interval, raised to the kernel's lifetime peak (memory.peak / "
+    "memory.max_usage_in_bytes) whenever that rose between two samples, so bursts "
+    "shorter than the interval count too.",
+)
+MEMORY_EVENTS_TOTAL = MetricSpec(
+    "headroom_memory_events_total", "counter", (*W, "event"),
+    "Memory events from memory.events (v2: low, high, max, oom, oom_kill, oom_group_kill; "
+    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control.",
+)
+MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
+    "headroom_memory_pressure_seconds_total", "counter", (*W, "level"),
+    "Time tasks of the cgroup stalled on memory (PSI memory.pressure, cgroup v2), by level "
+    "(some, full).",
+)
+MEMORY_SWAP_BYTES = MetricSpec(
+    "headroom_memory_swap_bytes", "gauge", W,
+    "Swap used by the cgroup: memory.swap.current (v2) or total_swap of memory.stat (v1).",
+)
+TMPFS_USED_BYTES = MetricSpec(
+    "headroom_tmpfs_used_bytes", "gauge", (*W, "mount"),
+    "Bytes used on a tmpfs mount of the pod (/dev/shm, emptyDir medium Memory); they are "
+    "shmem, charged to the pod's memory and never reclaimed without swap.",
+)
+TMPFS_SIZE_BYTES = MetricSpec(
+    "headroom_tmpfs_size_bytes", "gauge", (*W, "mount"),
+    "Size of a tmpfs mount of the pod (its sizeLimit, or the tmpfs default).",
+)
+
+# --- processes ---------------------------------------------------------------------
+PROCESS_MEMORY_BYTES = MetricSpec(
+    "headroom_process_memory_bytes", "gauge", (*W, "process", "kind"),
+    "Resident memory of the container's processes of that name, from /proc/PID/status "
+    "(kind: rss_anon, rss_file, rss_shmem, swap), summed over processes.",
+)
+PROCESS_MEMORY_PSS_BYTES = MetricSpec(
+    "headroom_process_memory_pss_bytes", "gauge", (*W, "process", "kind"),
+    "Proportional set size of the container's processes of that name from "
+    "/proc/PID/smaps_rollup (kind: anon, file, shmem); refreshed at a low frequency and "
+    "skipped for processes above the size gate.",
+)
+PROCESS_COUNT = MetricSpec(
+    "headroom_process_count", "gauge", (*W, "process"),
+    "Processes of that name in the container.",
+)
+
+# --- GPU -----------------------------------------------------------------------------
+GPU_MEMORY_TOTAL_BYTES = MetricSpec(
+    "headroom_gpu_memory_total_bytes", "gauge", ("gpu", "uuid"),
+    "Total memory of the GPU (or MIG instance), from NVML.",
+)
+GPU_MEMORY_USED_BYTES = MetricSpec(
+    "headroom_gpu_memory_used_bytes", "gauge", ("gpu", "uuid"),
+    "Used memory of the GPU (or MIG instance), from NVML.",
+)
+PROCESS_GPU_MEMORY_BYTES = MetricSpec(
+    "headroom_process_gpu_memory_bytes", "gauge", (*W, "process", "gpu", "uuid"),
+    "GPU memory used by the container's processes of that name, from NVML.",
+)
+
+# --- vLLM ----------------------------------------------------------------------------
+V = (*W, "model_name", "engine")
+VLLM_UP = MetricSpec(
+    "headroom_vllm_up", "gauge", W,
+    "1 when the pod's vLLM /metrics was read this scrape, else 0.",
+)
+VLLM_KV_CACHE_CAPACITY_BYTES = MetricSpec(
+    "headroom_vllm_kv_cache_capacity_bytes", "gauge", (*V, "medium"),
+    "KV-cache capacity in bytes (medium gpu from vllm:cache_config_info, cpu from "
+    "vllm:kv_offload_config_info).",
+)
+VLLM_KV_CACHE_CAPACITY_BLOCKS = MetricSpec(
+    "headroom_vllm_kv_cache_capacity_blocks", "gauge", (*V, "medium"),
+    "KV-cache capacity in blocks.",
+)
+VLLM_KV_CACHE_USAGE_RATIO = MetricSpec(
+    "headroom_vllm_kv_cache_usage_ratio", "gauge", (*V, "medium"),
+    "Fraction of KV-cache blocks in use (0-1).",
+)
+VLLM_PREFIX_CACHE_BLOCKS = MetricSpec(
+    "headroom_vllm_prefix_cache_blocks", "gauge", (*V, "medium"),
+    "Live prefix-cache blocks, counted from vLLM's KV cache events.",
+)
+VLLM_REQUESTS = MetricSpec(
+    "headroom_vllm_requests", "gauge", (*V, "state"),
+    "Requests by state (running, waiting, swapped).",
+)
+VLLM_PREEMPTIONS_TOTAL = MetricSpec(
+    "headroom_vllm_preemptions_total", "counter", V,
+    "Requests preempted by the vLLM scheduler.",
+)
+
+# --- post-mortem -----------------------------------------------------------------------
+OOM_KILLS_TOTAL = MetricSpec(
+    "headroom_oom_kills_total", "counter", (*W, "process"),
+    "OOM kills seen by headroom's watcher, with the victim's process name when known.",
+)
+
+# --- exporter health --------------------------------------------------------------------
+COLLECTOR_SUCCESS = MetricSpec(
+    "headroom_collector_success", "gauge", ("collector",),
+    "1 when the collector succeeded on this scrape, else 0.",
+)
+COLLECTOR_DURATION_SECONDS = MetricSpec(
+    "headroom_collector_duration_seconds", "gauge", ("collector",),
+    "Wall time the collector took on this scrape.",
+)
+BUILD_INFO = MetricSpec(
+    "headroom_build_info", "gauge", ("version",),
+    "Always 1; the version of the headroom exporter.",
+)
+
+ALL: tuple[MetricSpec, ...] = tuple(
+    v for v in globals().values() if isinstance(v, MetricSpec)
+)
+
+# Values of label "kind" of headroom_memory_bytes, in stacking order (least to most
+# reclaimable reads badly; this is the order dashboards stack them).
+MEMORY_KINDS: tuple[str, ...] = (
+    "anon", "shmem", "kernel", "sock", "unaccounted", "file_active", "file_inactive",
+)
+PROCESS_MEMORY_KINDS: tuple[str, ...] = ("rss_anon", "rss_file", "rss_shmem", "swap")
+PSS_KINDS: tuple[str, ...] = ("anon", "file", "shmem")
+MEMORY_EVENTS: tuple[str, ...] = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+OTHER_PROCESS = "other"
+
+
+def by_name() -> dict[str, MetricSpec]:
+    return {m.name: m for m in ALL}

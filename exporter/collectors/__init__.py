@@ -1,0 +1,1 @@
+"""Collectors: one module per source, each a pure parser plus a thin reader."""
