@@ -1,0 +1,149 @@
+"""The ``headroom`` command: ``serve`` and ``generate``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.config import Config, ConfigError, add_flags, build_config
+from exporter.paths import HostPaths
+from exporter.pipeline import Pipeline
+from exporter.server import make_app
+
+log = logging.getLogger("exporter")
+
+USAGE_ERROR = 2
+
+
+class _LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        msg = record.getMessage().replace('"', '\\"')
+        line = f'ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} ' \
+               f'logger={record.name} msg="{msg}"'
+        if record.exc_info:
+            line += f' exc="{self.formatException(record.exc_info)!r}"'
+        return line
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            doc.update(extra)
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, sort_keys=False)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headroom",
+        description="See which memory will OOMKill a vLLM pod, before the kernel does.",
+    )
+    parser.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the exporter")
+    add_flags(serve)
+    gen = sub.add_parser("generate", help="write the dashboards JSON and rules YAML")
+    gen.add_argument("--check", action="store_true",
+                     help="fail (exit 1) when a committed generated file is stale")
+    gen.add_argument("--root", default=".", help="repository root (default: .)")
+    return parser
+
+
+async def serve(config: Config) -> None:
+    paths = HostPaths(procfs=config.procfs, cgroupfs=config.cgroupfs)
+    from exporter.integrations import build_integrations
+
+    integrations = build_integrations(config, paths)
+    pipeline = Pipeline(config, paths, pods=integrations.pods)
+    pipeline.extra_collectors.extend(integrations.collectors)
+    app = make_app(pipeline, integrations.sections)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.listen_host or None, config.listen_port)
+    await site.start()
+    log.info("listening on %s:%d (collectors: %s)", config.listen_host or "*",
+             config.listen_port, ", ".join(sorted(config.collectors)))
+    background = [asyncio.ensure_future(t) for t in integrations.background]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    # Detect the cgroup layout now so the sampler runs from the start, not the first scrape.
+    try:
+        await asyncio.to_thread(pipeline.hierarchy)
+    except Exception as exc:
+        log.error("no memory cgroup controller yet: %s", exc)
+    await stop.wait()
+    log.info("shutting down")
+    for t in background:
+        t.cancel()
+    await asyncio.gather(*background, return_exceptions=True)
+    await runner.cleanup()
+    pipeline.close()
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    env = os.environ if env is None else env
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    if args.command == "generate":
+        if unknown:
+            print(f"headroom generate: unknown arguments: {' '.join(unknown)}",
+                  file=sys.stderr)
+            return USAGE_ERROR
+        from exporter.generate import run_generate
+
+        return int(run_generate(args.root, check=args.check))
+    problems = [f"unknown flag {u}" for u in unknown]
+    config: Config | None = None
+    try:
+        config = build_config(args, env)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems or config is None:
+        print("headroom serve: bad configuration:\n  " + "\n  ".join(problems),
+              file=sys.stderr)
+        return USAGE_ERROR
+    setup_logging(config.log_level, config.log_format)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:  # the port is taken, most often
+        log.error("cannot serve: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Per-process memory of the processes in tracked cgroups.
+
+Every scrape: the pids in each cgroup's ``cgroup.procs`` and their /proc/PID/status.
+At a low frequency and only below a size gate: /proc/PID/smaps_rollup for PSS, because
+the kernel walks every page table of the process under its mmap lock to produce it, which
+stalls a process with hundreds of GB mapped (a vLLM worker with pinned memory).
+
+Processes are named from /proc/PID/cmdline (comm is cut at 15 characters): a vLLM title
+``VLLM::EngineCore_DP1`` gives ``EngineCore_DP1``; the un-retitled ``vllm serve`` main
+process gives ``APIServer``; anything else its executable's name. Processes of one name are
+summed; beyond a per-cgroup cap the smallest names are folded into ``other``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from exporter.catalog import OTHER_PROCESS
+from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
+from exporter.paths import HostPaths, MemoryHierarchy
+
+VLLM_TITLE_PREFIX = "VLLM::"
+_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
+_INTERPRETERS = ("python", "python3", "pypy", "pypy3", "uv", "uvx")
+
+
+def split_cmdline(raw: bytes) -> list[str]:
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def process_name(argv: Sequence[str], comm: str) -> str:
+    """The contract's ``process`` label from a command line (comm when it is empty)."""
+    if not argv:
+        return comm or "unknown"
+    first = argv[0]
+    if first.startswith(VLLM_TITLE_PREFIX):
+        # A retitled process: the title may be padded, or carry spaces from setproctitle.
+        title = first[len(VLLM_TITLE_PREFIX):].split()
+        return title[0] if title else "vllm"
+    if is_vllm_api_server(argv):
+        return "APIServer"
+    return os.path.basename(first.split()[0]) or comm or "unknown"
+
+
+def is_vllm_api_server(argv: Sequence[str]) -> bool:
+    """``vllm serve ...`` (as a script or via an interpreter) or the api_server module."""
+    args = list(argv)
+    base = [os.path.basename(a) for a in args[:4]]
+    for i, name in enumerate(base):
+        if name == "vllm" and i + 1 < len(args) and args[i + 1] == "serve":
+            return True
+    if base and base[0].startswith(_INTERPRETERS):
+        for i, a in enumerate(args[:-1]):
+            if a == "-m" and args[i + 1] in _API_SERVER_MODULES:
+                return "serve" in args or args[i + 1].endswith("api_server")
+    return False
+
+
+def is_vllm_process(argv: Sequence[str]) -> bool:
+    return bool(argv) and (argv[0].startswith(VLLM_TITLE_PREFIX) or is_vllm_api_server(argv))
+
+
+_STATUS_KEYS = {"RssAnon:": 0, "RssFile:": 1, "RssShmem:": 2, "VmSwap:": 3}
+
+
+def parse_status(text: str) -> tuple[str, int, int, int, int] | None:
+    """(Name, rss_anon, rss_file, rss_shmem, swap) in bytes; None for a zombie or thread
+    without memory (no Rss lines)."""
+    values = [0, 0, 0, 0]
+    seen = False
+    name = ""
+    for line in text.splitlines():
+        key, _, rest = line.partition("\t")
+        if key == "Name:":
+            name = rest.strip()
+            continue
+        idx = _STATUS_KEYS.get(key)
+        if idx is not None:
+            values[idx] = int(rest.split()[0]) * 1024
+            seen = True
+    if not seen:
+        return None
+    return name, values[0], values[1], values[2], values[3]
+
+
+def parse_smaps_rollup(text: str) -> ProcessPss:
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
+            fields[key] = int(rest.split()[0]) * 1024
+    if not fields:
+        raise ValueError("smaps_rollup has no Pss_Anon/Pss_File/Pss_Shmem (kernel < 5.7?)")
+    return ProcessPss(
+        anon=fields.get("Pss_Anon", 0),
+        file=fields.get("Pss_File", 0),
+        shmem=fields.get("Pss_Shmem", 0),
+    )
+
+
+def parse_cgroup_procs(text: str) -> list[int]:
+    return [int(line) for line in text.split() if line.isdigit() and line != "0"]
+
+
+def group_processes(
+    procs: Iterable[ProcessStatus], pss: Mapping[int, ProcessPss], cap: int
+) -> tuple[ProcessGroup, ...]:
+    """Sum processes by name; keep the ``cap`` largest names by RSS, fold the rest."""
+    by_name: dict[str, list[ProcessStatus]] = {}
+    for p in procs:
+        by_name.setdefault(p.name, []).append(p)
+    ranked = sorted(by_name.items(), key=lambda kv: (-sum(p.rss for p in kv[1]), kv[0]))
+    keep = ranked if len(ranked) <= cap else ranked[: max(cap - 1, 0)]
+    folded = [p for _, members in ranked[len(keep):] for p in members]
+    groups = [_sum_group(name, members, pss) for name, members in keep]
+    if folded:
+        groups.append(_sum_group(OTHER_PROCESS, folded, pss))
+    return tuple(sorted(groups, key=lambda g: g.name))
+
+
+def _sum_group(name: str, members: list[ProcessStatus], pss: Mapping[int, ProcessPss]) -> (
+    ProcessGroup
+):
+    readings = [pss[p.pid] for p in members if p.pid in pss]
+    return ProcessGroup(
+        name=name,
+        count=len(members),
+        rss_anon=sum(p.rss_anon for p in members),
+        rss_file=sum(p.rss_file for p in members),
+        rss_shmem=sum(p.rss_shmem for p in members),
+        swap=sum(p.swap for p in members),
+        pss=ProcessPss(
+            anon=sum(r.anon for r in readings),
+            file=sum(r.file for r in readings),
+            shmem=sum(r.shmem for r in readings),
+        ) if readings else None,
+    )
+
+
+@dataclass(frozen=True)
+class ProcfsSettings:
+    max_processes: int = 10  # names per cgroup before folding into "other"
+    pss_interval: float = 60.0  # seconds between smaps_rollup reads of one process
+    pss_max_rss: int = 2 << 30  # never read smaps_rollup above this RSS
+    pss_per_scrape: int = 16  # spread smaps_rollup reads over scrapes
+
+
+@dataclass(frozen=True)
+class ProcfsResult:
+    groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
+    processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
+
+
+class ProcfsCollector:
+    """Holds the PSS cache and the name cache between scrapes; used from one thread."""
+
+    name = "procfs"
+
+    def __init__(
+        self,
+        paths: HostPaths,
+        hierarchy: MemoryHierarchy,
+        settings: ProcfsSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._paths = paths
+        self._hierarchy = hierarchy
+        self._settings = settings
+        self._clock = clock
+        self._names: dict[tuple[int, str], str] = {}  # (pid, comm) -> name
+        self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
+
+    def pids(self, ref: CgroupRef) -> list[int]:
+        try:
+            text = (self._hierarchy.dir(ref.path) / "cgroup.procs").read_text()
+        except FileNotFoundError:
+            return []  # the container exited
+        return parse_cgroup_procs(text)
+
+    def read_process(self, pid: int) -> ProcessStatus | None:
+        """One process; None when it exited (or became a zombie) mid-read."""
+        try:
+            status = parse_status(self._paths.proc(pid, "status").read_text())
+            if status is None:
+                return None
+            comm = status[0]
+            name = self._names.get((pid, comm))
+            if name is None:
+                # Re-read cmdline only when comm changes: vLLM retitles set both.
+                argv = split_cmdline(self._paths.proc(pid, "cmdline").read_bytes())
+                name = process_name(argv, comm)
+                self._names[(pid, comm)] = name
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        return ProcessStatus(pid, name, *status[1:])
+
+    def collect(self, refs: Sequence[CgroupRef]) -> ProcfsResult:
+        groups: dict[str, tuple[ProcessGroup, ...]] = {}
+        processes: dict[str, tuple[ProcessStatus, ...]] = {}
+        live: set[int] = set()
+        now = self._clock()
+        budget = self._settings.pss_per_scrape
+        for ref in refs:
+            if ref.is_pod_level:
+                continue  # processes live in the container cgroups
+            procs: list[ProcessStatus] = []
+            for pid in self.pids(ref):
+                p = self.read_process(pid)
+                if p is None:
+                    continue
+                procs.append(p)
+                live.add(pid)
+                budget -= self._refresh_pss(p, now, budget)
+            pss = {p.pid: self._pss[p.pid][2] for p in procs if p.pid in self._pss}
+            groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
+            processes[ref.path] = tuple(procs)
+        self._forget(live)
+        return ProcfsResult(groups, processes)
+
+    def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
+        """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""
+        cached = self._pss.get(p.pid)
+        if cached is not None and cached[1] != p.name:
+            del self._pss[p.pid]  # pid reused by another program
+            cached = None
+        if budget <= 0 or p.rss > self._settings.pss_max_rss:
+            if p.rss > self._settings.pss_max_rss:
+                self._pss.pop(p.pid, None)  # grew past the gate: a stale reading misleads
+            return 0
+        if cached is not None and now - cached[0] < self._settings.pss_interval:
+            return 0
+        try:
+            reading = parse_smaps_rollup(self._paths.proc(p.pid, "smaps_rollup").read_text())
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+            return 1
+        self._pss[p.pid] = (now, p.name, reading)
+        return 1
+
+    def _forget(self, live: set[int]) -> None:
+        for key in [k for k in self._names if k[0] not in live]:
+            del self._names[key]
+        for pid in [pid for pid in self._pss if pid not in live]:
+            del self._pss[pid]

@@ -1,0 +1,135 @@
+"""tmpfs mounts of each pod: /dev/shm and emptyDir volumes with ``medium: Memory``.
+
+Their pages are shmem: charged to the pod, invisible in any process's RSS unless mapped,
+and never reclaimed without swap; files left by a killed container stay charged after
+the restart. A pod's mounts are read from the mount table of one of its processes
+(/proc/PID/mountinfo) and measured with statvfs through /proc/PID/root.
+
+Which tmpfs mounts count: /dev/shm, and any tmpfs whose superblock the host mounted under
+``.../kubernetes.io~empty-dir/`` (told by the host's mount table, /proc/1/mountinfo, when
+readable). Secrets, projected tokens and the container's /dev are tmpfs too, but small and
+fixed; they are left out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from exporter.model import CgroupRef, TmpfsMount
+from exporter.paths import HostPaths, MemoryHierarchy
+
+SHM = "/dev/shm"
+EMPTY_DIR_MARK = "kubernetes.io~empty-dir"
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    dev: str  # major:minor: one per tmpfs superblock
+    root: str
+    mount_point: str
+    fstype: str
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal.
+    return (
+        field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )
+
+
+def parse_mountinfo(text: str) -> list[MountEntry]:
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        lf = left.split()
+        rf = right.split()
+        if len(lf) < 5 or not rf:
+            continue
+        out.append(MountEntry(dev=lf[2], root=_unescape(lf[3]),
+                              mount_point=_unescape(lf[4]), fstype=rf[0]))
+    return out
+
+
+def empty_dir_devices(host_mounts: Sequence[MountEntry]) -> set[str]:
+    return {m.dev for m in host_mounts if m.fstype == "tmpfs" and EMPTY_DIR_MARK in m.mount_point}
+
+
+def pod_tmpfs_mounts(mounts: Sequence[MountEntry], empty_dirs: set[str]) -> list[MountEntry]:
+    """The mounts that count for a pod: one per mount point (the last one mounted there
+    is the visible one) and one per superblock, /dev/shm first."""
+    visible: dict[str, MountEntry] = {}
+    for m in mounts:
+        visible[m.mount_point] = m
+    picked: dict[str, MountEntry] = {}
+    for m in sorted(visible.values(), key=lambda m: (m.mount_point != SHM, m.mount_point)):
+        if m.fstype != "tmpfs" or m.dev in picked:
+            continue
+        if m.mount_point == SHM or m.dev in empty_dirs:
+            picked[m.dev] = m
+    return list(picked.values())
+
+
+def statvfs_usage(st: os.statvfs_result) -> tuple[int, int]:
+    """(used, size) in bytes."""
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+@dataclass(frozen=True)
+class TmpfsResult:
+    mounts: Mapping[str, tuple[TmpfsMount, ...]]  # pod-level cgroup path -> mounts
+    errors: tuple[str, ...]
+
+
+class TmpfsCollector:
+    name = "tmpfs"
+
+    def __init__(self, paths: HostPaths, hierarchy: MemoryHierarchy) -> None:
+        self._paths = paths
+        self._hierarchy = hierarchy
+
+    def _host_empty_dirs(self) -> set[str]:
+        try:
+            return empty_dir_devices(parse_mountinfo(self._paths.proc(1, "mountinfo").read_text()))
+        except OSError:
+            return set()  # no host mount table (no hostPID): /dev/shm only
+
+    def _first_pid(self, refs: Sequence[CgroupRef]) -> list[int]:
+        pids: list[int] = []
+        for ref in refs:
+            try:
+                text = (self._hierarchy.dir(ref.path) / "cgroup.procs").read_text()
+            except FileNotFoundError:
+                continue
+            pids.extend(int(x) for x in text.split() if x.isdigit() and x != "0")
+            if len(pids) >= 3:
+                break
+        return pids
+
+    def collect(self, owners: Mapping[str, Sequence[CgroupRef]]) -> TmpfsResult:
+        """``owners``: the cgroup path the mounts are reported on (the pod-level cgroup, or
+        a tracked cgroup) -> the cgroups whose processes can show them."""
+        empty_dirs = self._host_empty_dirs()
+        result: dict[str, tuple[TmpfsMount, ...]] = {}
+        errors: list[str] = []
+        for owner, refs in owners.items():
+            for pid in self._first_pid(refs):
+                try:
+                    mounts = parse_mountinfo(self._paths.proc(pid, "mountinfo").read_text())
+                    found = []
+                    for m in pod_tmpfs_mounts(mounts, empty_dirs):
+                        target = self._paths.proc(pid, "root") / m.mount_point.lstrip("/")
+                        used, size = statvfs_usage(os.statvfs(target))
+                        found.append(TmpfsMount(m.mount_point, used, size))
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # the process exited: try the next one
+                except PermissionError as exc:
+                    errors.append(f"{owner}: {exc}")
+                    break
+                result[owner] = tuple(found)
+                break
+        return TmpfsResult(result, tuple(errors))

@@ -1,0 +1,272 @@
+"""One scrape: discover cgroups, run each collector in a worker thread with a time limit,
+join the results. Nothing here blocks the event loop.
+
+A collector that fails, times out or raises is reported with
+``headroom_collector_success{collector} 0`` and one log line per distinct error; its
+series are missing from that scrape, everything else is served. A collector still running
+from an earlier scrape (stuck on a hung file) is not started again until it returns, so
+threads cannot pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from exporter.collectors.cgroup import CgroupGone, node_memory_bytes, read_cgroup
+from exporter.collectors.procfs import (
+    ProcfsCollector,
+    ProcfsResult,
+    ProcfsSettings,
+    is_vllm_process,
+    split_cmdline,
+)
+from exporter.collectors.tmpfs import TmpfsCollector, TmpfsResult
+from exporter.config import Config
+from exporter.join import Snapshot, join
+from exporter.model import CgroupMemory, CgroupRef, CollectorResult, PodDirectory
+from exporter.paths import CgroupLayoutError, HostPaths, MemoryHierarchy, self_memory_cgroup
+from exporter.sampler import PeakSampler
+from exporter.workloads import dedupe, find_kubepods, tracked_refs, walk_kubepods
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HOST_SCAN_INTERVAL = 30.0  # seconds between scans of /proc for vLLM command lines
+
+
+class PartialFailure(Exception):
+    """The collector produced data but some of it could not be read."""
+
+    def __init__(self, message: str, data: object) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+@dataclass
+class _Guard:
+    """Per-collector state: in-flight flag and the last error logged."""
+
+    running: bool = False
+    last_error: str = ""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    refs: tuple[CgroupRef, ...]
+    kubepods: str | None
+    vllm_pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # cgroup -> pids
+
+
+def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
+    """vLLM processes on the host by command line -> their memory cgroups."""
+    found: dict[str, list[int]] = {}
+    try:
+        entries = [e for e in paths.procfs.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            argv = split_cmdline((entry / "cmdline").read_bytes())
+            if not is_vllm_process(argv):
+                continue
+            cgroup = self_memory_cgroup(paths.procfs, entry.name)
+        except (OSError, CgroupLayoutError):
+            continue  # exited, or a kernel thread
+        found.setdefault(cgroup, []).append(int(entry.name))
+    return found
+
+
+class Pipeline:
+    def __init__(
+        self,
+        config: Config,
+        paths: HostPaths,
+        pods: PodDirectory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.pods = pods
+        self._clock = clock
+        self._guards: dict[str, _Guard] = {}
+        self._inflight: asyncio.Task[Snapshot] | None = None
+        self._hierarchy: MemoryHierarchy | None = None
+        self._procfs: ProcfsCollector | None = None
+        self._tmpfs: TmpfsCollector | None = None
+        self.sampler: PeakSampler | None = None
+        self._host_scan_at = -1e18
+        self._host_vllm: dict[str, list[int]] = {}
+        self.extra_collectors: list[Callable[[Discovery], Awaitable[tuple[str, Any]]]] = []
+
+    # --- setup -------------------------------------------------------------------------
+
+    def hierarchy(self) -> MemoryHierarchy:
+        if self._hierarchy is None:
+            self._hierarchy = self.paths.detect_memory_hierarchy()
+            log.info("memory cgroup controller: v%d at %s", self._hierarchy.version,
+                     self._hierarchy.root)
+            h = self._hierarchy
+            self._procfs = ProcfsCollector(self.paths, h, ProcfsSettings(
+                max_processes=self.config.procfs_max_processes,
+                pss_interval=self.config.procfs_pss_interval,
+                pss_max_rss=self.config.procfs_pss_max_rss,
+            ), clock=self._clock)
+            self._tmpfs = TmpfsCollector(self.paths, h)
+            self.sampler = PeakSampler(h, self.config.sampler_interval,
+                                       self.config.sampler_window, clock=self._clock)
+            self.sampler.start()
+        return self._hierarchy
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    # --- one scrape --------------------------------------------------------------------
+
+    async def snapshot(self) -> Snapshot:
+        """Concurrent scrapes share one collection (two Prometheus replicas, a curl)."""
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(self._collect())
+        return await asyncio.shield(self._inflight)
+
+    async def _run(
+        self, name: str, fn: Callable[[], T], results: list[CollectorResult]
+    ) -> T | None:
+        guard = self._guards.setdefault(name, _Guard())
+        start = time.perf_counter()
+        if guard.running:
+            self._fail(name, guard, "still running from an earlier scrape", start, results)
+            return None
+        guard.running = True
+        future = asyncio.get_running_loop().run_in_executor(None, fn)
+
+        def done(_: object) -> None:
+            guard.running = False
+
+        future.add_done_callback(done)
+        try:
+            value = await asyncio.wait_for(asyncio.shield(future),
+                                           self.config.collector_timeout)
+        except asyncio.TimeoutError:
+            self._fail(name, guard, f"timed out after {self.config.collector_timeout:g}s",
+                       start, results)
+            return None
+        except PartialFailure as exc:
+            self._fail(name, guard, str(exc), start, results)
+            return exc.data  # type: ignore[return-value]
+        except Exception as exc:
+            self._fail(name, guard, f"{type(exc).__name__}: {exc}", start, results)
+            return None
+        if guard.last_error:
+            log.info("collector %s recovered", name)
+            guard.last_error = ""
+        results.append(CollectorResult(name, True, time.perf_counter() - start))
+        return value
+
+    def _fail(self, name: str, guard: _Guard, error: str, start: float,
+              results: list[CollectorResult]) -> None:
+        if error != guard.last_error:
+            log.error("collector %s failed: %s", name, error)
+        guard.last_error = error
+        results.append(CollectorResult(name, False, time.perf_counter() - start, error))
+
+    async def _collect(self) -> Snapshot:
+        results: list[CollectorResult] = []
+        discovery = await self._run("discovery", self._discover, results)
+        refs: Sequence[CgroupRef] = discovery.refs if discovery else ()
+        if self.sampler is not None:
+            self.sampler.set_tracked(r.path for r in refs)
+        cfg = self.config
+        tasks: dict[str, Awaitable[Any]] = {}
+        if cfg.enabled("cgroup") and discovery:
+            tasks["cgroup"] = self._run("cgroup", lambda: self._read_cgroups(refs), results)
+        if cfg.enabled("procfs") and discovery and self._procfs is not None:
+            procfs = self._procfs
+            tasks["procfs"] = self._run("procfs", lambda: procfs.collect(refs), results)
+        if cfg.enabled("tmpfs") and discovery and self._tmpfs is not None:
+            tasks["tmpfs"] = self._run("tmpfs", lambda: self._read_tmpfs(refs), results)
+        names = list(tasks)
+        values = await asyncio.gather(*tasks.values())
+        got = dict(zip(names, values, strict=True))
+        memory: Mapping[str, CgroupMemory] = got.get("cgroup") or {}
+        procfs_result: ProcfsResult | None = got.get("procfs")
+        tmpfs_result: TmpfsResult | None = got.get("tmpfs")
+        peaks = {}
+        if self.sampler is not None:
+            for r in refs:
+                p = self.sampler.peak(r.path)
+                if p is not None:
+                    peaks[r.path] = p
+        return join(
+            refs, self.pods, memory, peaks,
+            procfs_result.groups if procfs_result else {},
+            tmpfs_result.mounts if tmpfs_result else {},
+            results,
+        )
+
+    # --- the blocking parts, run in worker threads -------------------------------------
+
+    def _discover(self) -> Discovery:
+        h = self.hierarchy()
+        kubepods = self.config.kubepods_path
+        if kubepods is None:
+            kubepods = find_kubepods(h)
+        refs: list[CgroupRef] = []
+        if kubepods is not None:
+            kubepods = kubepods.strip("/")
+            if not h.dir(kubepods).is_dir():
+                raise FileNotFoundError(f"kubepods cgroup {h.dir(kubepods)} does not exist")
+            refs.extend(walk_kubepods(h, kubepods))
+        now = self._clock()
+        if now - self._host_scan_at >= HOST_SCAN_INTERVAL:
+            self._host_scan_at = now
+            self._host_vllm = scan_vllm_processes(self.paths)
+        outside = [
+            cg for cg in self._host_vllm
+            if kubepods is None or not (cg + "/").startswith(kubepods + "/")
+        ]
+        refs.extend(tracked_refs([*self.config.track, *outside]))
+        return Discovery(
+            refs=tuple(dedupe(refs)),
+            kubepods=kubepods,
+            vllm_pids={k: tuple(v) for k, v in self._host_vllm.items()},
+        )
+
+    def _read_cgroups(self, refs: Sequence[CgroupRef]) -> dict[str, CgroupMemory]:
+        h = self.hierarchy()
+        node_memory = node_memory_bytes(self.paths.proc("meminfo").read_text())
+        out: dict[str, CgroupMemory] = {}
+        errors: list[str] = []
+        for ref in refs:
+            try:
+                out[ref.path] = read_cgroup(h, ref.path, node_memory)
+            except CgroupGone:
+                continue  # a container exiting: not an error
+            except (OSError, ValueError) as exc:
+                errors.append(f"{ref.path}: {type(exc).__name__}: {exc}")
+        if errors:
+            raise PartialFailure(
+                f"{len(errors)} of {len(refs)} cgroups unreadable, first: {errors[0]}", out
+            )
+        return out
+
+    def _read_tmpfs(self, refs: Sequence[CgroupRef]) -> TmpfsResult:
+        assert self._tmpfs is not None
+        owners: dict[str, list[CgroupRef]] = {}
+        pod_level = {r.pod_uid: r.path for r in refs if r.is_pod_level}
+        for r in refs:
+            if r.pod_uid is None:
+                owners.setdefault(r.path, []).append(r)
+            elif r.container_id is not None and r.pod_uid in pod_level:
+                owners.setdefault(pod_level[r.pod_uid], []).append(r)
+        result = self._tmpfs.collect(owners)
+        if result.errors:
+            raise PartialFailure(
+                f"{len(result.errors)} pods unreadable, first: {result.errors[0]}", result
+            )
+        return result

@@ -1,0 +1,71 @@
+"""The aiohttp application: /metrics, /healthz and a landing page."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.pipeline import Pipeline
+from exporter.render import SectionRenderer, encode, render
+
+log = logging.getLogger(__name__)
+
+PIPELINE_KEY = web.AppKey("pipeline", Pipeline)
+SECTIONS_KEY: web.AppKey[Sequence[SectionRenderer]] = web.AppKey("sections")
+
+LANDING = """<!doctype html>
+<html><head><title>headroom exporter</title></head>
+<body>
+<h1>headroom {version}</h1>
+<p>True host memory of every pod, container and vLLM process on this node, so an OOM kill
+can be seen coming.</p>
+<ul>
+<li><a href="metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="healthz">/healthz</a>: liveness</li>
+</ul>
+<h2>Collectors</h2>
+<p>{collectors}</p>
+</body></html>
+"""
+
+
+async def metrics(request: web.Request) -> web.Response:
+    pipeline = request.app[PIPELINE_KEY]
+    sections: Sequence[SectionRenderer] = request.app[SECTIONS_KEY]
+    snapshot = await pipeline.snapshot()
+    accept = request.headers.get("Accept")
+    # Rendering a large node is CPU work: keep it off the event loop too.
+    body, content_type = await asyncio.to_thread(
+        lambda: encode(render(snapshot, sections), accept)
+    )
+    resp = web.Response(body=body)
+    resp.headers["Content-Type"] = content_type
+    return resp
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def landing(request: web.Request) -> web.Response:
+    cfg = request.app[PIPELINE_KEY].config
+    text = LANDING.format(
+        version=html.escape(__version__),
+        collectors=html.escape(", ".join(sorted(cfg.collectors)) or "none"),
+    )
+    return web.Response(text=text, content_type="text/html")
+
+
+def make_app(pipeline: Pipeline, sections: Sequence[SectionRenderer] = ()) -> web.Application:
+    app = web.Application()
+    app[PIPELINE_KEY] = pipeline
+    app[SECTIONS_KEY] = list(sections)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/", landing)
+    return app
