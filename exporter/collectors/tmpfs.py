@@ -14,8 +14,9 @@ fixed; they are left out.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from exporter.model import CgroupRef, TmpfsMount
 from exporter.paths import HostPaths, MemoryHierarchy
@@ -88,9 +89,15 @@ class TmpfsResult:
 class TmpfsCollector:
     name = "tmpfs"
 
-    def __init__(self, paths: HostPaths, hierarchy: MemoryHierarchy) -> None:
+    def __init__(
+        self,
+        paths: HostPaths,
+        hierarchy: MemoryHierarchy,
+        statvfs: Callable[[Path], tuple[int, int]] | None = None,
+    ) -> None:
         self._paths = paths
         self._hierarchy = hierarchy
+        self._statvfs = statvfs or (lambda p: statvfs_usage(os.statvfs(p)))
 
     def _host_empty_dirs(self) -> set[str]:
         try:
@@ -123,7 +130,7 @@ class TmpfsCollector:
                     found = []
                     for m in pod_tmpfs_mounts(mounts, empty_dirs):
                         target = self._paths.proc(pid, "root") / m.mount_point.lstrip("/")
-                        used, size = statvfs_usage(os.statvfs(target))
+                        used, size = self._statvfs(target)
                         found.append(TmpfsMount(m.mount_point, used, size))
                 except (FileNotFoundError, ProcessLookupError):
                     continue  # the process exited: try the next one

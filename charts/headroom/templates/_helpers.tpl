@@ -1,0 +1,166 @@
+{{/*
+Chart name, truncated to 63 characters (a DNS-1123 label).
+*/}}
+{{- define "headroom.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: <release>-<name>, or the release name when it already contains
+the chart name; fullnameOverride wins.
+*/}}
+{{- define "headroom.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespace of the namespaced objects.
+*/}}
+{{- define "headroom.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/*
+chart label value: <name>-<version>.
+*/}}
+{{- define "headroom.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels: stable across upgrades (a DaemonSet's selector is immutable).
+*/}}
+{{- define "headroom.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "headroom.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Common labels of every object.
+*/}}
+{{- define "headroom.labels" -}}
+helm.sh/chart: {{ include "headroom.chart" . }}
+{{ include "headroom.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: headroom
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+ServiceAccount name.
+*/}}
+{{- define "headroom.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "headroom.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference: registry/repository, then @digest or :tag (default: appVersion).
+*/}}
+{{- define "headroom.image" -}}
+{{- $repo := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Trailing window of headroom_memory_peak_bytes: the scrape interval unless set.
+*/}}
+{{- define "headroom.samplerWindow" -}}
+{{- default .Values.monitor.interval .Values.exporter.sampler.window }}
+{{- end }}
+
+{{/*
+Container paths of the host mounts (the exporter's --path.* flags point here).
+*/}}
+{{- define "headroom.procfsMount" -}}/host/proc{{- end }}
+{{- define "headroom.cgroupfsMount" -}}/host/sys/fs/cgroup{{- end }}
+{{- define "headroom.kmsgMount" -}}/host/dev/kmsg{{- end }}
+
+{{/*
+Arguments of `headroom serve`, as a YAML list (toYaml quotes what needs quoting).
+*/}}
+{{- define "headroom.args" -}}
+{{- $e := .Values.exporter }}
+{{- $args := list "serve" (printf "--web.listen-address=:%v" $e.port) }}
+{{- $args = append $args (printf "--path.procfs=%s" (include "headroom.procfsMount" .)) }}
+{{- $args = append $args (printf "--path.cgroupfs=%s" (include "headroom.cgroupfsMount" .)) }}
+{{- if .Values.kmsg.enabled }}
+{{- $args = append $args (printf "--path.kmsg=%s" (include "headroom.kmsgMount" .)) }}
+{{- end }}
+{{- range $name := list "cgroup" "procfs" "tmpfs" "nvml" "vllm" }}
+{{- $args = append $args (printf "--%scollector.%s" (ternary "" "no-" (index $e.collectors $name)) $name) }}
+{{- end }}
+{{- if .Values.kubernetes.enabled }}
+{{- $args = append $args "--collector.kubernetes" }}
+{{- $args = append $args "--kubernetes.node-name=$(NODE_NAME)" }}
+{{- else }}
+{{- $args = append $args "--no-collector.kubernetes" }}
+{{- end }}
+{{- with $e.procfs.maxProcesses }}
+{{- $args = append $args (printf "--procfs.max-processes=%v" .) }}
+{{- end }}
+{{- with $e.procfs.pssInterval }}
+{{- $args = append $args (printf "--procfs.pss-interval=%s" .) }}
+{{- end }}
+{{- with $e.procfs.pssMaxRss }}
+{{- $args = append $args (printf "--procfs.pss-max-rss=%s" .) }}
+{{- end }}
+{{- with $e.sampler.interval }}
+{{- $args = append $args (printf "--sampler.interval=%s" .) }}
+{{- end }}
+{{- $args = append $args (printf "--sampler.window=%s" (include "headroom.samplerWindow" .)) }}
+{{- if .Values.flightRecorder.enabled }}
+{{- $args = append $args (printf "--flight-recorder.dir=%s" .Values.flightRecorder.mountPath) }}
+{{- end }}
+{{- with .Values.flightRecorder.window }}
+{{- $args = append $args (printf "--flight-recorder.window=%s" .) }}
+{{- end }}
+{{- $args = append $args (printf "--log.level=%s" $e.logLevel) }}
+{{- $args = append $args (printf "--log.format=%s" $e.logFormat) }}
+{{- $args = concat $args .Values.extraArgs }}
+{{- toYaml $args }}
+{{- end }}
+
+{{/*
+Container security context: the values', plus SYSLOG when kmsg is read, plus privileged
+when kmsg.privileged (the API rejects privileged with allowPrivilegeEscalation false).
+*/}}
+{{- define "headroom.securityContext" -}}
+{{- $sc := deepCopy .Values.securityContext }}
+{{- if .Values.kmsg.enabled }}
+{{- $caps := $sc.capabilities | default dict }}
+{{- $add := concat ($caps.add | default list) (list "SYSLOG") | uniq }}
+{{- $_ := set $caps "add" $add }}
+{{- $_ := set $sc "capabilities" $caps }}
+{{- if .Values.kmsg.privileged }}
+{{- $_ := set $sc "privileged" true }}
+{{- $_ := set $sc "allowPrivilegeEscalation" true }}
+{{- end }}
+{{- end }}
+{{- toYaml $sc }}
+{{- end }}
