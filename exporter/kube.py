@@ -21,11 +21,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from exporter.model import ContainerInfo, PodInfo
+
+if TYPE_CHECKING:
+    from exporter.config import Config
 
 log = logging.getLogger("exporter.kube")
 
@@ -611,3 +614,22 @@ def in_cluster(
     return KubePodWatcher(
         url, token_path, ca, node_name, request_timeout, session_factory,
     )
+
+
+def watcher_from_config(config: Config) -> KubePodWatcher | None:
+    """The watcher ``headroom serve`` runs: ``--kubernetes.api-url`` or in-cluster.
+
+    An explicit URL (``kubectl proxy``, a test cluster) uses the service account token
+    and CA when they exist, and no token otherwise.
+    """
+    if not config.kubernetes_api_url:
+        return in_cluster(config.node_name)
+    if not config.node_name:
+        log.warning(
+            "kubernetes API: --kubernetes.api-url is set but the node name is unknown "
+            "(--kubernetes.node-name or NODE_NAME); pods keep UIDs"
+        )
+        return None
+    token = DEFAULT_TOKEN_PATH if DEFAULT_TOKEN_PATH.is_file() else None
+    ca = DEFAULT_CA_PATH if DEFAULT_CA_PATH.is_file() else None
+    return KubePodWatcher(config.kubernetes_api_url, token, ca, config.node_name)

@@ -140,7 +140,12 @@ class Pipeline:
         guard = self._guards.setdefault(name, _Guard())
         start = time.perf_counter()
         if guard.running:
-            self._fail(name, guard, "still running from an earlier scrape", start, results)
+            # The earlier failure (a time-out) was logged; this is the same condition.
+            if not guard.last_error:
+                self._fail(name, guard, "still running from an earlier scrape", start, results)
+            else:
+                results.append(CollectorResult(name, False, time.perf_counter() - start,
+                                               "still running from an earlier scrape"))
             return None
         guard.running = True
         future = asyncio.get_running_loop().run_in_executor(None, fn)

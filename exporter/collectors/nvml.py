@@ -144,9 +144,10 @@ class PynvmlApi:
 
     def mig_handle(self, handle: object, index: int) -> object | None:
         try:
-            return pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            mig: object = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
         except pynvml.NVMLError_NotFound:
             return None
+        return mig
 
     def processes(self, handle: object) -> list[tuple[int, int | None]]:
         procs = [
@@ -223,9 +224,8 @@ class RecordedNvmlApi:
 
     def mig_handle(self, handle: object, index: int) -> object | None:
         slots: Sequence[Mapping[str, Any] | None] = self._dev(handle).get("mig_devices", [])
-        if index >= len(slots) or slots[index] is None:
-            return None
-        return _RecordedDevice(slots[index])
+        slot = slots[index] if index < len(slots) else None
+        return None if slot is None else _RecordedDevice(slot)
 
     def processes(self, handle: object) -> list[tuple[int, int | None]]:
         dev = self._dev(handle)
@@ -251,7 +251,7 @@ def _read_gpu(api: NvmlApi, index: int) -> list[GpuDevice]:
     if not api.mig_enabled(handle):
         return [_read_device(api, handle, str(index), None)]
     parent = api.uuid(handle)
-    devices = []
+    devices: list[GpuDevice] = []
     for slot in range(api.mig_device_count(handle)):
         mig = api.mig_handle(handle, slot)
         if mig is not None:

@@ -164,3 +164,14 @@ when kmsg.privileged (the API rejects privileged with allowPrivilegeEscalation f
 {{- end }}
 {{- toYaml $sc }}
 {{- end }}
+
+{{/*
+recursiveReadOnly for the host mounts: IfPossible (falls back to plain readOnly where the
+runtime or kernel cannot) on Kubernetes 1.30+, where the field exists; older API servers
+would reject it. hostPaths.recursiveReadOnly: "" leaves it out.
+*/}}
+{{- define "headroom.recursiveReadOnly" -}}
+{{- if and .Values.hostPaths.recursiveReadOnly (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+recursiveReadOnly: {{ .Values.hostPaths.recursiveReadOnly }}
+{{- end }}
+{{- end }}

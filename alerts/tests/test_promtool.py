@@ -1,0 +1,166 @@
+"""promtool checks of the generated rules, and of the pieces that generate them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts import generate, promtool_tests, rules, scenarios, sidebyside
+from alerts.config import DAY, DEFAULT, HOUR, Config, promql_duration
+from exporter import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERTS = ROOT / "alerts"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+TEST_FILES = sorted((ALERTS / "tests").glob("*.test.yaml"))
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=900,
+                          check=False)
+
+
+def test_generated_files_are_fresh() -> None:
+    stale = generate.stale(ROOT, generate.artifacts())
+    assert not stale, f"run `python -m alerts.generate`: stale {stale}"
+
+
+@needs_promtool
+@pytest.mark.prometheus
+def test_promtool_check_rules() -> None:
+    out = _promtool("check", "rules", str(ALERTS / "headroom.rules.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+@pytest.mark.prometheus
+def test_scaled_config_rules_are_valid(tmp_path: Path) -> None:
+    fast = DEFAULT.scaled(720)
+    assert fast.baseline_window_s == 120 and fast.fill_warning_horizon_s == 60
+    path = tmp_path / "fast.rules.yaml"
+    path.write_text(generate.rules_yaml(fast))
+    out = _promtool("check", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[2m] offset 2m" in path.read_text()
+
+
+@needs_promtool
+@pytest.mark.prometheus
+@pytest.mark.parametrize("path", TEST_FILES, ids=[p.name for p in TEST_FILES])
+def test_promtool_test_rules(path: Path) -> None:
+    out = _promtool("test", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_alert_is_tested_and_has_a_runbook() -> None:
+    text = (ALERTS / "headroom.rules.yaml").read_text()
+    names = re.findall(r"^  - alert: (\w+)$", text, flags=re.M)
+    assert sorted(set(names)) == sorted(rules.ALERT_NAMES)
+    assert names.count("HeadroomMemoryFillingUp") == 2
+    unit = "".join(p.read_text() for p in TEST_FILES if p.name.startswith("unit"))
+    for name in rules.ALERT_NAMES:
+        assert f'alertname="{name}"' in unit, f"no unit test for {name}"
+        page = ALERTS / "runbooks" / f"{name}.md"
+        assert page.exists(), page
+        assert DEFAULT.runbook_url(name) in text
+
+
+def test_alerts_carry_the_annotations_and_severities_of_the_design() -> None:
+    doc = yaml.safe_load((ALERTS / "headroom.rules.yaml").read_text())
+    alerts = [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+    severities = {(r["alert"], r["labels"]["severity"]) for r in alerts}
+    assert ("HeadroomMemoryFillingUp", "warning") in severities
+    assert ("HeadroomMemoryFillingUp", "critical") in severities
+    assert ("HeadroomMemoryNearLimit", "critical") in severities
+    assert all(sev == "warning" for a, sev in severities
+               if a not in ("HeadroomMemoryFillingUp", "HeadroomMemoryNearLimit"))
+    for r in alerts:
+        assert set(r["annotations"]) == {"summary", "description", "runbook_url"}, r["alert"]
+
+
+def test_raw_series_are_selected_by_the_config_selector() -> None:
+    cfg = DEFAULT.replace(selector='job="other"')
+    text = generate.rules_yaml(cfg)
+    body = text[text.index("groups:"):]
+    raw = re.findall(r"\b(headroom_[a-z_]+)(\{[^}]*\})?", body)
+    assert raw
+    for name, matchers in raw:
+        assert name in catalog.by_name(), name
+        assert matchers.startswith('{job="other"'), (name, matchers)
+    assert 'job="headroom"' not in body
+
+
+def test_recording_rule_names_constant_matches_the_file() -> None:
+    text = (ALERTS / "headroom.rules.yaml").read_text()
+    assert tuple(re.findall(r"^  - record: (\S+)$", text, flags=re.M)) == rules.RECORDING_RULES
+    assert all(n.startswith("headroom:") and n.count(":") == 2 for n in rules.RECORDING_RULES)
+
+
+def test_config_validation_and_durations() -> None:
+    assert promql_duration(DAY) == "1d"
+    assert promql_duration(HOUR + 30 * 60) == "1h30m"
+    assert DEFAULT.fill_warning_horizon_s == 12 * HOUR
+    assert DEFAULT.fill_critical_horizon_s == HOUR
+    with pytest.raises(ValueError):
+        DEFAULT.replace(near_limit_ratio=1.5)
+    with pytest.raises(ValueError):
+        DEFAULT.replace(fill_critical_horizon_s=DAY)
+    with pytest.raises(ValueError):
+        Config(group_labels=("pod",)).validated()
+
+
+def test_compress_round_trips_promtool_notation() -> None:
+    assert scenarios.compress([1, 2, 3, None, None, 5]) == "1+1x2 _x2 5"
+    assert scenarios.compress([5, 5, 5, 5]) == "5+0x3"
+    assert scenarios.compress([0.1, 0.2, 0.4]) == "0.1 0.2 0.4"
+
+
+def test_scenarios_kill_when_unreclaimable_reaches_the_limit() -> None:
+    for s in scenarios.all_scenarios():
+        if s.kill_s is None:
+            continue
+        series = scenarios.render(s)
+        key = next(k for k in series if k.startswith(catalog.MEMORY_UNRECLAIMABLE_BYTES.name)
+                   and f'container="{s.kill_container}"' in k)
+        limit = next(v for k, v in series.items()
+                     if k == key.replace(catalog.MEMORY_UNRECLAIMABLE_BYTES.name,
+                                         catalog.MEMORY_LIMIT_BYTES.name))
+        values = series[key]
+        assert values[-1] is not None and limit[-1] is not None
+        assert values[-1] >= limit[-1] > values[-2]  # type: ignore[operator]
+
+
+def test_night_shm_working_set_stays_flat_while_unreclaimable_grows() -> None:
+    s = scenarios.night_shm()
+    two_days = [s.containers["vllm"](t) for t in range(0, 2 * DAY, HOUR)]
+    ws = [cg.working_set for cg in two_days if cg is not None]
+    unrecl = [cg.unreclaimable for cg in two_days if cg is not None]
+    assert max(ws) - min(ws) < 1024**2
+    assert max(unrecl) - min(unrecl) > 4 * 1024**3
+
+
+def test_sidebyside_parses_promtool_output() -> None:
+    text = (
+        '        got: {alertname="A", container="vllm", severity="warning"} 1.2345E+05, '
+        '{alertname="B", severity="critical"} 3E+02\n'
+    )
+    got = sidebyside.parse_got(text)
+    assert got == [sidebyside.Firing("A", "warning", "vllm", 123450.0),
+                   sidebyside.Firing("B", "critical", "", 300.0)]
+
+
+def test_scenario_expectations_are_promtool_tests() -> None:
+    for s in scenarios.all_scenarios():
+        doc = promtool_tests.scenario_test(s)
+        checks = doc["tests"][0]["promql_expr_test"]
+        expected = 1 + bool(s.min_warning_lead_s) + bool(s.min_critical_lead_s)
+        assert len(checks) == expected
+        if s.kill_s is None:
+            assert checks[0]["exp_samples"] == []  # healthy: nothing fires at all

@@ -1,0 +1,597 @@
+"""vLLM's own /metrics, normalised across releases 0.8.5 to 0.33.
+
+``parse_vllm_metrics`` is pure: exposition text in, frozen ``VllmStats`` out. ``scrape_vllm``
+is the thin reader (a total timeout and a body-size cap). The discovery helpers turn pod
+data or a command line into the /metrics URL and the KV-event endpoints.
+
+What vLLM really emits, checked in its source (vllm/v1/metrics/loggers.py, v1/engine/utils.py
+and core_client.py, vllm/engine/metrics.py for V0):
+
+- ``*_usage_perc`` gauges are ratios 0-1 ("1 means 100 percent usage"), whatever the name.
+  ``vllm:kv_cache_usage_perc`` (V1, 0.9+) and ``vllm:gpu_cache_usage_perc`` (V0, and V1 up to
+  0.11) carry the same value; V0's ``vllm:cpu_cache_usage_perc`` is its CPU swap space.
+- V1 series carry ``model_name`` and ``engine`` (the DP rank). V0 series have no ``engine``:
+  we use "0". ``vllm:cache_config_info`` has no ``model_name`` (its labels are the fields of
+  CacheConfig plus ``engine``), so it joins the other series by engine.
+- Data parallel: one ``cache_config_info`` series per engine, but the API server sums
+  ``num_gpu_blocks`` over all its engines before it labels them (the "Sum values from all
+  engines in DP case" step of the start-up handshake): every engine's series carries the
+  instance total. Per-engine blocks = that total / number of engine series. Do not sum them
+  again.
+- ``kv_cache_memory_bytes`` (0.10+) is the KV budget per worker (GPU) that the user set with
+  --kv-cache-memory-bytes or the CPU platform set from VLLM_CPU_KVCACHE_SPACE; vLLM leaves it
+  "None" when it sizes the cache from gpu_memory_utilization. Bytes cannot be derived from
+  blocks (bytes per token need layers, KV heads, head size and dtype, which no metric
+  carries), so GPU capacity bytes are absent then.
+- Several API servers (--api-server-count > 1, the default for DP since ~0.2x) run
+  prometheus_client in multiprocess mode: /metrics on any of them aggregates all of them.
+  Counters are summed, ``mostrecent`` gauges give one series, gauges without a mode get a
+  ``pid`` label per API-server process (e.g. ``kv_cache_usage_perc`` up to 0.11). For those
+  we take a pid-less twin when one exists, else the largest value (the API server that got
+  no scheduler stats stays at 0). The process_* / python_* families are absent in this mode.
+- CPU tier: ``vllm:kv_offload_config_info`` (vLLM main after 0.33: ``cpu_num_chunks`` x
+  ``cpu_kv_bytes_per_chunk`` bytes, x ``cpu_blocks_per_chunk`` blocks, per engine), else
+  ``vllm:simple_kv_offload_info`` ``capacity_blocks`` (0.32+) with bytes from the
+  ``kv_offloading_size`` GiB of cache_config_info (0.11+), else V0's swap space
+  (``num_cpu_blocks``, ``swap_space_bytes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+GPU = "gpu"
+CPU = "cpu"
+DEFAULT_PORT = 8000
+DEFAULT_ENGINE = "0"
+
+
+class VllmParseError(ValueError):
+    """The body is not a Prometheus text exposition we can read."""
+
+
+class VllmScrapeError(Exception):
+    """Reading /metrics failed: connection, HTTP status, timeout or size cap."""
+
+
+class VllmBodyTooLarge(VllmScrapeError):
+    """The body went past the size cap; reading stopped there."""
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    blocks: int | None
+    bytes: int | None
+    source: str  # which vLLM series it came from, for debugging and the golden files
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """One engine (DP rank) of one served model."""
+
+    model_name: str
+    engine: str
+    capacity: Mapping[str, KvCapacity] = field(default_factory=dict)  # medium -> capacity
+    usage_ratio: Mapping[str, float] = field(default_factory=dict)  # medium -> 0..1
+    requests: Mapping[str, float] = field(default_factory=dict)  # running, waiting, swapped
+    preemptions_total: float | None = None
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class VllmStats:
+    engines: tuple[EngineStats, ...] = ()  # sorted by (model_name, engine)
+    # pids of the API servers that wrote per-process series (multiprocess mode); may be
+    # empty in that mode when every vLLM gauge is "mostrecent" (0.13+)
+    api_servers: tuple[str, ...] = ()
+    multiprocess: bool = False  # several API servers aggregated by prometheus_client
+
+    def engine(self, model_name: str, engine: str) -> EngineStats | None:
+        for e in self.engines:
+            if (e.model_name, e.engine) == (model_name, engine):
+                return e
+        return None
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+Key = tuple[str, str]  # (model_name, engine)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+def _samples(text: str) -> list[_Sample]:
+    try:
+        return [
+            _Sample(s.name, s.labels, s.value)
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        ]
+    except Exception as exc:  # the parser raises ValueError, IndexError, KeyError...
+        raise VllmParseError(f"not a Prometheus text exposition: {exc!r}"[:300]) from exc
+
+
+def _int_label(labels: Mapping[str, str], name: str) -> int | None:
+    raw = labels.get(name)
+    if raw is None or raw in ("", "None"):
+        return None
+    try:
+        f = float(raw)
+    except ValueError:
+        return None
+    return int(f) if math.isfinite(f) else None
+
+
+def _pick(series: Sequence[tuple[Mapping[str, str], float]]) -> float | None:
+    """One value from a gauge's series for one key: pid-less first, else the max over pids."""
+    if not series:
+        return None
+    plain = [v for labels, v in series if "pid" not in labels]
+    return plain[0] if plain else max(v for _, v in series)
+
+
+def _key(labels: Mapping[str, str], default_model: str) -> Key:
+    return (labels.get("model_name", default_model), labels.get("engine") or DEFAULT_ENGINE)
+
+
+def _gauge_by_key(
+    samples: Iterable[_Sample], names: Sequence[str], default_model: str
+) -> dict[Key, float]:
+    """Per key, the first of ``names`` (in preference order) that has a value."""
+    grouped: dict[str, dict[Key, list[tuple[Mapping[str, str], float]]]] = {
+        n: defaultdict(list) for n in names
+    }
+    for s in samples:
+        if s.name in grouped:
+            grouped[s.name][_key(s.labels, default_model)].append((s.labels, s.value))
+    out: dict[Key, float] = {}
+    # pid-less series of any name beat per-pid series (see the module docstring)
+    for want_plain in (True, False):
+        for n in names:
+            for key, series in grouped[n].items():
+                if key in out:
+                    continue
+                has_plain = any("pid" not in labels for labels, _ in series)
+                if has_plain == want_plain:
+                    value = _pick(series)
+                    if value is not None:
+                        out[key] = value
+    return out
+
+
+def _gpu_capacity(infos: Sequence[Mapping[str, str]]) -> dict[str, tuple[KvCapacity, int | None]]:
+    """engine -> (GPU capacity, block size) from the cache_config_info series."""
+    out: dict[str, tuple[KvCapacity, int | None]] = {}
+    n = len({i.get("engine") or DEFAULT_ENGINE for i in infos}) or 1
+    for labels in infos:
+        engine = labels.get("engine") or DEFAULT_ENGINE
+        total = _int_label(labels, "num_gpu_blocks")
+        blocks = total // n if total is not None else None
+        mem = _int_label(labels, "kv_cache_memory_bytes")
+        source = "cache_config_info" + (f" num_gpu_blocks/{n} engines" if n > 1 else "")
+        out[engine] = (KvCapacity(blocks, mem, source), _int_label(labels, "block_size"))
+    return out
+
+
+def _cpu_capacity(
+    samples: Sequence[_Sample], infos: Sequence[Mapping[str, str]], default_model: str
+) -> dict[Key | str, KvCapacity]:
+    """CPU tier capacity, keyed by (model, engine), or by engine alone from cache_config_info."""
+    out: dict[Key | str, KvCapacity] = {}
+    for labels in infos:  # fallbacks first, overwritten by the more precise series below
+        engine = labels.get("engine") or DEFAULT_ENGINE
+        gib = labels.get("kv_offloading_size")
+        swap_blocks = _int_label(labels, "num_cpu_blocks")
+        if gib not in (None, "", "None"):
+            try:
+                size = float(gib)
+            except ValueError:
+                continue
+            out[engine] = KvCapacity(
+                None, round(size * 2**30), "cache_config_info kv_offloading_size"
+            )
+        elif swap_blocks:  # V0 swap space; V1 never sets num_cpu_blocks in the API server
+            out[engine] = KvCapacity(
+                swap_blocks, _int_label(labels, "swap_space_bytes"), "cache_config_info swap space"
+            )
+    for s in samples:
+        key = _key(s.labels, default_model)
+        if s.name == "vllm:simple_kv_offload_info":
+            cap = _int_label(s.labels, "capacity_blocks")
+            prev = out.get(key[1])
+            out[key] = KvCapacity(cap, prev.bytes if prev else None, "simple_kv_offload_info")
+    for s in samples:
+        key = _key(s.labels, default_model)
+        if s.name == "vllm:kv_offload_config_info":
+            chunks = _int_label(s.labels, "cpu_num_chunks")
+            per_chunk_blocks = _int_label(s.labels, "cpu_blocks_per_chunk")
+            per_chunk_bytes = _int_label(s.labels, "cpu_kv_bytes_per_chunk")
+            out[key] = KvCapacity(
+                chunks * per_chunk_blocks if chunks is not None and per_chunk_blocks else None,
+                chunks * per_chunk_bytes if chunks is not None and per_chunk_bytes else None,
+                "kv_offload_config_info",
+            )
+    return out
+
+
+def parse_vllm_metrics(text: str) -> VllmStats:
+    """Normalise one /metrics body. Raises ``VllmParseError`` on text that is not an exposition.
+
+    A valid body with no ``vllm:`` series (stats logging off) gives ``VllmStats()``.
+    """
+    all_samples = _samples(text)
+    samples = [s for s in all_samples if s.name.startswith("vllm:")]
+    models = sorted({s.labels["model_name"] for s in samples if "model_name" in s.labels})
+    default_model = models[0] if len(models) == 1 else ""
+    families = {s.name for s in all_samples}
+    multiprocess = bool(samples) and not any(n.startswith("process_") for n in families)
+    pids = sorted({s.labels["pid"] for s in samples if "pid" in s.labels}, key=_pid_order)
+    multiprocess = multiprocess or bool(pids)
+
+    infos = [s.labels for s in samples if s.name == "vllm:cache_config_info"]
+    gpu_cap = _gpu_capacity(infos)
+    cpu_cap = _cpu_capacity(samples, infos, default_model)
+
+    usage_gpu = _gauge_by_key(
+        samples, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), default_model
+    )
+    usage_cpu = _gauge_by_key(
+        samples, ("vllm:kv_offload_cpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+        default_model,
+    )
+    used_simple = _gauge_by_key(samples, ("vllm:simple_kv_offload_used_blocks",), default_model)
+    requests = {
+        state: _gauge_by_key(samples, (f"vllm:num_requests_{state}",), default_model)
+        for state in ("running", "waiting", "swapped")
+    }
+    preempt: dict[Key, float] = defaultdict(float)
+    for s in samples:
+        if s.name == "vllm:num_preemptions_total":  # V0 and V1 both expose this sample name
+            preempt[_key(s.labels, default_model)] += s.value
+
+    keys: set[Key] = set(usage_gpu) | set(preempt) | set(used_simple)
+    for per_state in requests.values():
+        keys |= set(per_state)
+    keys |= {k for k in cpu_cap if isinstance(k, tuple)}
+    known_engines = {e for _, e in keys}
+    keys |= {(default_model, e) for e in gpu_cap if e not in known_engines}
+
+    engines = []
+    for key in sorted(keys):
+        model, engine = key
+        capacity: dict[str, KvCapacity] = {}
+        block_size = None
+        if engine in gpu_cap:
+            capacity[GPU], block_size = gpu_cap[engine]
+        cpu = cpu_cap.get(key) or cpu_cap.get(engine)
+        if cpu is not None:
+            capacity[CPU] = cpu
+        usage: dict[str, float] = {}
+        if key in usage_gpu:
+            usage[GPU] = usage_gpu[key]
+        if key in usage_cpu:
+            usage[CPU] = usage_cpu[key]
+        elif key in used_simple and cpu is not None and cpu.blocks:
+            usage[CPU] = used_simple[key] / cpu.blocks
+        engines.append(
+            EngineStats(
+                model_name=model,
+                engine=engine,
+                capacity=capacity,
+                usage_ratio=usage,
+                requests={st: v[key] for st, v in requests.items() if key in v},
+                preemptions_total=preempt.get(key),
+                block_size=block_size,
+            )
+        )
+    return VllmStats(tuple(engines), tuple(pids), multiprocess)
+
+
+def _pid_order(pid: str) -> tuple[int, str]:
+    return (int(pid), pid) if pid.isdigit() else (1 << 62, pid)
+
+
+def stats_to_json(stats: VllmStats) -> dict[str, Any]:
+    """Plain data for golden files and debug endpoints."""
+    return {
+        "multiprocess": stats.multiprocess,
+        "api_servers": list(stats.api_servers),
+        "engines": [
+            {
+                "model_name": e.model_name,
+                "engine": e.engine,
+                "block_size": e.block_size,
+                "capacity": {
+                    m: {"blocks": c.blocks, "bytes": c.bytes, "source": c.source}
+                    for m, c in sorted(e.capacity.items())
+                },
+                "usage_ratio": dict(sorted(e.usage_ratio.items())),
+                "requests": dict(sorted(e.requests.items())),
+                "preemptions_total": e.preemptions_total,
+            }
+            for e in stats.engines
+        ],
+    }
+
+
+# --- reading ---------------------------------------------------------------------------
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # a real body is ~50 KB; histograms per LoRA can grow it
+
+
+async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int, chunk: int = 65536) -> bytes:
+    """The response body, or ``VllmBodyTooLarge`` as soon as it passes ``max_bytes``."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise VllmBodyTooLarge(f"Content-Length {resp.content_length} > cap {max_bytes}")
+    buf = bytearray()
+    async for part in resp.content.iter_chunked(chunk):
+        buf += part
+        if len(buf) > max_bytes:
+            raise VllmBodyTooLarge(f"body passed the {max_bytes}-byte cap")
+    return bytes(buf)
+
+
+async def fetch_text(
+    session: aiohttp.ClientSession, url: str, *, timeout: float, max_bytes: int
+) -> str:
+    """GET ``url`` as text within ``timeout`` seconds in all (connect + headers + body)."""
+
+    async def get() -> bytes:
+        async with session.get(url, allow_redirects=False) as resp:
+            if resp.status != 200:
+                raise VllmScrapeError(f"GET {url}: HTTP {resp.status}")
+            return await read_capped(resp, max_bytes)
+
+    try:
+        body = await asyncio.wait_for(get(), timeout)
+    except asyncio.TimeoutError as exc:  # not the builtin TimeoutError before 3.11
+        raise VllmScrapeError(f"GET {url}: no complete answer within {timeout:g}s") from exc
+    except aiohttp.ClientError as exc:
+        raise VllmScrapeError(f"GET {url}: {exc!r}") from exc
+    return body.decode("utf-8", errors="replace")
+
+
+async def scrape_vllm(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    timeout: float,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> VllmStats:
+    """Read and parse one vLLM /metrics. Raises ``VllmScrapeError`` or ``VllmParseError``."""
+    text = await fetch_text(session, url, timeout=timeout, max_bytes=max_bytes)
+    return parse_vllm_metrics(text)
+
+
+# --- discovery -------------------------------------------------------------------------
+
+ANNOTATION_PORT = "prometheus.io/port"
+ANNOTATION_PATH = "prometheus.io/path"
+ANNOTATION_SCHEME = "prometheus.io/scheme"
+_WILDCARD_HOSTS = ("", "*", "0.0.0.0", "::", "[::]")
+
+
+def _hostport(host: str, port: int) -> str:
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    """Value of ``--name V`` or ``--name=V`` (the last one wins, as argparse does)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1 :]
+    return value
+
+
+def _port(raw: str | None) -> int | None:
+    if raw is None or not raw.strip().isdigit():
+        return None
+    port = int(raw)
+    return port if 0 < port < 65536 else None
+
+
+_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+
+
+def is_vllm_api_server(argv: Sequence[str]) -> bool:
+    """``vllm serve ...`` or ``python -m vllm.entrypoints.openai.api_server ...``."""
+    for i, arg in enumerate(argv):
+        base = arg.rsplit("/", 1)[-1]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if base == "vllm" and nxt == "serve":
+            return True
+        if arg == "-m" and nxt in _API_SERVER_MODULES:
+            return True
+        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and "serve" in argv[i + 2 :]:
+            return True
+    return False
+
+
+def port_from_argv(argv: Sequence[str]) -> int | None:
+    return _port(_flag(argv, "--port"))
+
+
+def metrics_url_from_argv(argv: Sequence[str], *, default_host: str = "127.0.0.1") -> str | None:
+    """/metrics URL of a bare-host vLLM from its command line; None if it is not one.
+
+    A wildcard ``--host`` (or none) means every address: use ``default_host``.
+    """
+    if not is_vllm_api_server(argv):
+        return None
+    host = _flag(argv, "--host") or ""
+    if host in _WILDCARD_HOSTS:
+        host = default_host
+    port = port_from_argv(argv) or DEFAULT_PORT
+    return f"http://{_hostport(host, port)}/metrics"
+
+
+def metrics_url_for_pod(
+    pod_ip: str,
+    annotations: Mapping[str, str],
+    container_ports: Sequence[int] = (),
+    argv: Sequence[str] | None = None,
+) -> str:
+    """/metrics URL of a vLLM pod.
+
+    Port: the ``prometheus.io/port`` annotation; else a declared container port (the one
+    ``--port`` names, else 8000, else the first); else ``--port`` of the command line; else
+    8000. Path and scheme from ``prometheus.io/path`` and ``/scheme``.
+    """
+    cli_port = port_from_argv(argv) if argv else None
+    port = _port(annotations.get(ANNOTATION_PORT))
+    if port is None and container_ports:
+        for choice in (cli_port, DEFAULT_PORT):
+            if choice in container_ports:
+                port = choice
+                break
+        else:
+            port = container_ports[0]
+    port = port or cli_port or DEFAULT_PORT
+    path = annotations.get(ANNOTATION_PATH) or "/metrics"
+    if not path.startswith("/"):
+        path = "/" + path
+    scheme = annotations.get(ANNOTATION_SCHEME, "http").lower()
+    if scheme not in ("http", "https"):
+        scheme = "http"
+    return f"{scheme}://{_hostport(pod_ip, port)}{path}"
+
+
+def base_url(metrics_url: str) -> str:
+    """``http://h:p/metrics`` -> ``http://h:p`` (for /kv_event_sources and friends)."""
+    scheme, rest = metrics_url.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+# --- KV-event endpoints ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KvEventEndpoint:
+    """Where one engine (DP rank) publishes its KV cache events, in connect form."""
+
+    dp_rank: int
+    endpoint: str  # tcp://host:port of the PUB socket
+    replay_endpoint: str | None = None  # tcp://host:port of the ROUTER socket
+    topic: str = ""
+
+
+def connect_form(endpoint: str, host: str) -> str | None:
+    """A bind endpoint (``tcp://*:5557``) as the address to connect to on ``host``.
+
+    None for an endpoint vLLM connects out from (``tcp://collector:5557``): then the
+    consumer must bind, which headroom does not do; and for ipc/inproc, which are local to
+    vLLM's own mount namespace.
+    """
+    if not endpoint.startswith("tcp://"):
+        return None
+    hostport = endpoint[len("tcp://") :]
+    bind_host, _, port = hostport.rpartition(":")
+    if not port.isdigit():
+        return None
+    if bind_host.strip("[]") not in ("*", "0.0.0.0", "::", ""):
+        return None
+    return f"tcp://{_hostport(host, int(port))}"
+
+
+def offset_endpoint(endpoint: str, dp_rank: int) -> str:
+    """vLLM's per-rank port: rank r publishes on the configured port + r."""
+    if dp_rank == 0 or not endpoint.startswith("tcp://"):
+        return endpoint
+    base, _, port = endpoint.rpartition(":")
+    return f"{base}:{int(port) + dp_rank}"
+
+
+def _endpoint_from_config(rank: int, cfg: Mapping[str, Any], host: str) -> KvEventEndpoint | None:
+    if not cfg.get("enable_kv_cache_events") or cfg.get("publisher") != "zmq":
+        return None
+    ep = connect_form(str(cfg.get("endpoint", "tcp://*:5557")), host)
+    if ep is None:
+        return None
+    replay = cfg.get("replay_endpoint")
+    return KvEventEndpoint(
+        dp_rank=rank,
+        endpoint=ep,
+        replay_endpoint=connect_form(str(replay), host) if replay else None,
+        topic=str(cfg.get("topic") or ""),
+    )
+
+
+def parse_kv_event_sources(body: Any, host: str) -> tuple[KvEventEndpoint, ...]:
+    """The JSON of ``GET /kv_event_sources`` (vLLM 0.32+): ``{"<dp rank>": KVEventsConfig}``.
+
+    The endpoints there are already offset per rank, in bind form: we connect to ``host``,
+    the vLLM's own address.
+    """
+    if not isinstance(body, Mapping):
+        raise VllmParseError(f"/kv_event_sources: expected an object, got {type(body).__name__}")
+    out = []
+    for rank_raw, cfg in body.items():
+        if not str(rank_raw).isdigit() or not isinstance(cfg, Mapping):
+            continue
+        ep = _endpoint_from_config(int(rank_raw), cfg, host)
+        if ep is not None:
+            out.append(ep)
+    return tuple(sorted(out, key=lambda e: e.dp_rank))
+
+
+def kv_event_endpoints_from_argv(argv: Sequence[str], host: str) -> tuple[KvEventEndpoint, ...]:
+    """For vLLM before 0.32: ``--kv-events-config`` JSON and ``--data-parallel-size``."""
+    raw = _flag(argv, "--kv-events-config")
+    if not raw:
+        return ()
+    try:
+        cfg = json.loads(raw)
+    except json.JSONDecodeError:
+        return ()
+    if not isinstance(cfg, Mapping):
+        return ()
+    size = _port(_flag(argv, "--data-parallel-size-local") or _flag(argv, "--data-parallel-size"))
+    start = _port(_flag(argv, "--data-parallel-start-rank")) or 0
+    out = []
+    for rank in range(start, start + (size or 1)):
+        ranked = dict(cfg)
+        ranked["endpoint"] = offset_endpoint(str(cfg.get("endpoint", "tcp://*:5557")), rank)
+        if cfg.get("replay_endpoint"):
+            ranked["replay_endpoint"] = offset_endpoint(str(cfg["replay_endpoint"]), rank)
+        ep = _endpoint_from_config(rank, ranked, host)
+        if ep is not None:
+            out.append(ep)
+    return tuple(out)
+
+
+async def fetch_kv_event_sources(
+    session: aiohttp.ClientSession, base: str, host: str, *, timeout: float
+) -> tuple[KvEventEndpoint, ...]:
+    """``GET {base}/kv_event_sources``; ``VllmScrapeError`` when the route is missing (<0.32)."""
+    text = await fetch_text(session, f"{base}/kv_event_sources", timeout=timeout, max_bytes=1 << 20)
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise VllmParseError(f"/kv_event_sources: not JSON: {exc}") from exc
+    return parse_kv_event_sources(body, host)
+
+
+def split_cmdline(raw: bytes) -> list[str]:
+    """/proc/PID/cmdline -> argv (a retitled process is one padded title: split on space)."""
+    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+    if len(parts) == 1 and " " in parts[0]:
+        return parts[0].split()
+    return parts
