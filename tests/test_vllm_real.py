@@ -31,7 +31,7 @@ from exporter.collectors.kv_events import KvBlockTracker, KvEventSubscriber
 from exporter.collectors.vllm import GPU, fetch_kv_event_sources, fetch_text, scrape_vllm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_model import WORDS  # noqa: E402
+from vllm_model import WORDS
 
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
 pytestmark = [
@@ -90,10 +90,8 @@ class Vllm:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{self.tail()}")
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    if self._healthy():
-                        return
+            if self._healthy():
+                return
             time.sleep(1)
         pytest.fail(f"vLLM not up after {START_TIMEOUT}s:\n{self.tail()}")
 

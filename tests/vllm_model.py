@@ -18,11 +18,13 @@ from pathlib import Path
 
 # Plain lowercase words; each becomes one token (BPE merges them whole: they are frequent).
 WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
-    "november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu "
-    "red green blue black white orange purple yellow brown silver gold copper iron stone "
-    "river lake ocean mountain valley forest desert island bridge tower castle garden"
-).split()
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+    "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+    "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "red",
+    "green", "blue", "black", "white", "orange", "purple", "yellow", "brown", "silver",
+    "gold", "copper", "iron", "stone", "river", "lake", "ocean", "mountain", "valley",
+    "forest", "desert", "island", "bridge", "tower", "castle", "garden",
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
