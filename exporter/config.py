@@ -30,7 +30,7 @@ class Config:
     listen_port: int = 9847
     procfs: Path = Path("/proc")
     cgroupfs: Path = Path("/sys/fs/cgroup")
-    kmsg: Path = Path("/dev/kmsg")
+    kmsg: Path | None = Path("/dev/kmsg")  # None: do not read the kernel log
     kubepods_path: str | None = None  # None: auto-detect
     track: tuple[str, ...] = ()
     collectors: frozenset[str] = frozenset(COLLECTORS)
@@ -55,7 +55,7 @@ class Config:
         return collector in self.collectors
 
 
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|k|M|G|T)?$")
 _SIZE_UNITS = {
     None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
@@ -65,11 +65,15 @@ _SIZE_UNITS = {
 
 
 def parse_duration(text: str) -> float:
-    m = _DURATION_RE.match(text.strip())
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 200ms, 30s, 5m, 1h)")
-    value = float(m.group(1))
-    return value * {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    """Seconds from ``200ms``, ``30s``, ``1m30s``, ``1h`` (Prometheus style) or a number."""
+    t = text.strip()
+    units = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    parts = list(_DURATION_RE.finditer(t))
+    if not t or "".join(m.group(0) for m in parts) != t or (
+        len(parts) > 1 and any(m.group(2) is None for m in parts)
+    ):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 200ms, 30s, 1m30s, 1h)")
+    return sum(float(m.group(1)) * units[m.group(2)] for m in parts)
 
 
 def parse_size(text: str) -> int:
@@ -115,8 +119,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--path.procfs", "procfs", "procfs mount point (the host's, with hostPID)", "/proc",
          Path),
     Flag("--path.cgroupfs", "cgroupfs", "cgroup filesystem root", "/sys/fs/cgroup", Path),
-    Flag("--path.kmsg", "kmsg", "kernel log device, read for OOM victims when readable",
-         "/dev/kmsg", Path),
+    Flag("--path.kmsg", "kmsg",
+         "kernel log device, read for OOM victims when readable (empty: off)", "/dev/kmsg",
+         lambda s: Path(s) if s else None),
     Flag("--cgroup.kubepods-path", "kubepods_path",
          "kubepods cgroup relative to the memory controller root (auto-detected when unset)",
          None),

@@ -191,8 +191,7 @@ class Pipeline:
         if cfg.enabled("cgroup") and discovery:
             tasks["cgroup"] = self._run("cgroup", lambda: self._read_cgroups(refs), results)
         if cfg.enabled("procfs") and discovery and self._procfs is not None:
-            procfs = self._procfs
-            tasks["procfs"] = self._run("procfs", lambda: procfs.collect(refs), results)
+            tasks["procfs"] = self._run("procfs", lambda: self._read_procfs(refs), results)
         if cfg.enabled("tmpfs") and discovery and self._tmpfs is not None:
             tasks["tmpfs"] = self._run("tmpfs", lambda: self._read_tmpfs(refs), results)
         names = list(tasks)
@@ -259,6 +258,17 @@ class Pipeline:
                 f"{len(errors)} of {len(refs)} cgroups unreadable, first: {errors[0]}", out
             )
         return out
+
+    def _read_procfs(self, refs: Sequence[CgroupRef]) -> ProcfsResult:
+        assert self._procfs is not None
+        result = self._procfs.collect(refs)
+        if result.hidden:
+            raise PartialFailure(
+                f"{result.hidden} processes of tracked cgroups are in another pid namespace "
+                "(cgroup.procs lists them as 0): run headroom with the host's pid namespace "
+                "(hostPID: true) and --path.procfs pointing at the host's /proc", result,
+            )
+        return result
 
     def _read_tmpfs(self, refs: Sequence[CgroupRef]) -> TmpfsResult:
         assert self._tmpfs is not None

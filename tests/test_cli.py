@@ -70,9 +70,20 @@ def test_bad_flags_exit_2_with_one_message(capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("200ms", 0.2), ("30s", 30), ("5m", 300),
-                                               ("1h", 3600), ("2", 2)])
+                                               ("1h", 3600), ("2", 2), ("1m30s", 90)])
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5x", "1m30", "s", "-1s", "1 s"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+def test_kmsg_can_be_turned_off() -> None:
+    assert config(["--path.kmsg="]).kmsg is None
+    assert config([]).kmsg == Path("/dev/kmsg")
 
 
 def test_parse_size() -> None:

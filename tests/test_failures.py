@@ -163,3 +163,16 @@ async def test_concurrent_scrapes_share_one_collection(make_pipeline: list) -> N
     make_pipeline.append(p)
     a, b = await asyncio.gather(p.snapshot(), p.snapshot())
     assert a is b
+
+
+async def test_foreign_pid_namespace_is_named(tmp_path: Path, make_pipeline: list) -> None:
+    """Without hostPID, cgroup.procs shows the node's processes as 0."""
+    root = copy_host(tmp_path, "v1-cgroupfs-containerd")
+    for procs in root.glob("sys/fs/cgroup/memory/kubepods/**/cgroup.procs"):
+        procs.write_text("".join("0\n" for _ in procs.read_text().split()))
+    p = fixture_pipeline(replace(host_config("v1-cgroupfs-containerd"), procfs=root / "proc",
+                                 cgroupfs=root / "sys/fs/cgroup"))
+    make_pipeline.append(p)
+    text = await exposition(p)
+    assert success(text, "procfs") == 0.0
+    assert success(text, "cgroup") == 1.0

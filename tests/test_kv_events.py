@@ -53,7 +53,7 @@ def batch(*events: Any, rank: int | None = 0, ts: float = 1.5) -> bytes:
     body: list[Any] = [ts, list(events)]
     if rank is not None:
         body.append(rank)
-    return msgpack.packb(body, use_bin_type=True)
+    return bytes(msgpack.packb(body, use_bin_type=True))
 
 
 def blocks(t: KvBlockTracker) -> dict[tuple[str, str], int]:

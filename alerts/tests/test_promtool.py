@@ -164,3 +164,11 @@ def test_scenario_expectations_are_promtool_tests() -> None:
         assert len(checks) == expected
         if s.kill_s is None:
             assert checks[0]["exp_samples"] == []  # healthy: nothing fires at all
+
+
+def test_spike_reaches_96_percent_for_two_minutes() -> None:
+    s = scenarios.brief_spike()
+    ratios = [cg.unreclaimable / cg.limit for t in s.times
+              if (cg := s.containers["vllm"](t)) is not None]
+    assert sum(r >= 0.96 - 1e-9 for r in ratios) == 2  # two 1-minute samples
+    assert max(ratios) < 0.97

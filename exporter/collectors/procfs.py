@@ -152,6 +152,7 @@ class ProcfsSettings:
 class ProcfsResult:
     groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
     processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
+    hidden: int = 0  # pids listed as 0: processes in a pid namespace we cannot see
 
 
 class ProcfsCollector:
@@ -172,12 +173,15 @@ class ProcfsCollector:
         self._clock = clock
         self._names: dict[tuple[int, str], str] = {}  # (pid, comm) -> name
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
+        self._hidden = 0
 
     def pids(self, ref: CgroupRef) -> list[int]:
         try:
             text = (self._hierarchy.dir(ref.path) / "cgroup.procs").read_text()
         except FileNotFoundError:
             return []  # the container exited
+        # The kernel lists processes outside the reader's pid namespace as 0.
+        self._hidden += text.split().count("0")
         return parse_cgroup_procs(text)
 
     def read_process(self, pid: int) -> ProcessStatus | None:
@@ -202,6 +206,7 @@ class ProcfsCollector:
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
         live: set[int] = set()
         now = self._clock()
+        self._hidden = 0
         budget = self._settings.pss_per_scrape
         for ref in refs:
             if ref.is_pod_level:
@@ -218,7 +223,7 @@ class ProcfsCollector:
             groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
             processes[ref.path] = tuple(procs)
         self._forget(live)
-        return ProcfsResult(groups, processes)
+        return ProcfsResult(groups, processes, self._hidden)
 
     def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
         """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""

@@ -1,0 +1,204 @@
+"""Real memory cgroups for tests, created beneath the test process's own cgroup only.
+
+Shapes them like a kubelet's cgroupfs-driver tree
+(``<own>/headroom-test-<n>/kubepods/burstable/pod<uid>/<container id>``) and runs a
+*grower*: a child process placed in a container cgroup before it allocates anything,
+driven by commands on its stdin:
+
+    anon MiB        allocate and touch MiB of anonymous memory
+    shm MiB NAME    write MiB into /dev/shm/NAME and close it (unmapped shmem)
+    file MiB PATH   write MiB to a disk file, fsync, read it back twice (page cache)
+    burst MiB MS    allocate MiB, hold it MS milliseconds, free it
+    grow MiB MS     keep allocating MiB every MS milliseconds (until killed)
+    free            drop all anonymous memory held
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.paths import HostPaths, MemoryHierarchy, self_memory_cgroup
+
+GROWER = r"""
+import mmap, os, sys, time
+held = []
+def touch(mib):
+    # MAP_PRIVATE: Python's default for -1 is a shared mapping, which is shmem
+    m = mmap.mmap(-1, mib << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for off in range(0, mib << 20, 4096):
+        m[off] = 1
+    return m
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd, *args = line.split()
+    if cmd == "anon":
+        held.append(touch(int(args[0])))
+    elif cmd == "shm":
+        with open("/dev/shm/" + args[1], "wb") as f:
+            chunk = b"\1" * (1 << 20)
+            for _ in range(int(args[0])):
+                f.write(chunk)
+    elif cmd == "file":
+        chunk = b"\2" * (1 << 20)
+        with open(args[1], "wb") as f:
+            for _ in range(int(args[0])):
+                f.write(chunk)
+            f.flush(); os.fsync(f.fileno())
+        for _ in range(2):  # twice: the second read moves the pages to the active list
+            with open(args[1], "rb") as f:
+                while f.read(1 << 20):
+                    pass
+    elif cmd == "burst":
+        m = touch(int(args[0]))
+        time.sleep(int(args[1]) / 1000)
+        m.close()
+    elif cmd == "grow":
+        while True:
+            held.append(touch(int(args[0])))
+            time.sleep(int(args[1]) / 1000)
+    elif cmd == "free":
+        for m in held:
+            m.close()
+        held.clear()
+    print("ok", flush=True)
+"""
+
+
+class KernelUnavailable(Exception):
+    pass
+
+
+def own_v1_memory_cgroup(paths: HostPaths = HostPaths()) -> tuple[MemoryHierarchy, str]:
+    """This process's memory cgroup, when it is a writable v1 one (this machine's case).
+
+    On a pure cgroup v2 host the test process's cgroup holds processes, so the kernel's
+    no-internal-processes rule forbids enabling the memory controller for children there;
+    v2 is covered by fixture trees instead.
+    """
+    if os.geteuid() != 0:
+        raise KernelUnavailable("needs root to create memory cgroups")
+    try:
+        h = paths.detect_memory_hierarchy()
+    except Exception as exc:
+        raise KernelUnavailable(f"no memory cgroup controller: {exc}") from exc
+    if h.version != 1:
+        raise KernelUnavailable("memory controller is cgroup v2: covered by fixture trees")
+    own = self_memory_cgroup(paths.procfs)
+    if not os.access(h.dir(own), os.W_OK):
+        raise KernelUnavailable(f"own memory cgroup {h.dir(own)} is not writable")
+    return h, own
+
+
+@dataclass
+class KubeTree:
+    hierarchy: MemoryHierarchy
+    base: str  # <own>/headroom-test-<hex>
+    made: list[Path] = field(default_factory=list)
+    shm_files: list[Path] = field(default_factory=list)
+
+    @property
+    def kubepods(self) -> str:
+        return f"{self.base}/kubepods"
+
+    def mkdir(self, rel: str) -> Path:
+        d = self.hierarchy.dir(rel)
+        for parent in reversed([d, *d.parents]):
+            if parent == self.hierarchy.root or self.hierarchy.root not in parent.parents:
+                continue
+            if not parent.exists():
+                parent.mkdir()
+                self.made.append(parent)
+        return d
+
+    def pod(self, qos: str = "burstable", limit: int | None = None) -> tuple[str, str]:
+        uid = str(uuid.uuid4())
+        rel = f"{self.kubepods}/{qos}/pod{uid}" if qos != "guaranteed" else (
+            f"{self.kubepods}/pod{uid}")
+        d = self.mkdir(rel)
+        if limit is not None:
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+        return uid, rel
+
+    def container(self, pod_rel: str, limit: int | None = None) -> tuple[str, str]:
+        cid = secrets.token_hex(32)
+        rel = f"{pod_rel}/{cid}"
+        d = self.mkdir(rel)
+        if limit is not None:
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+        return cid, rel
+
+    def cleanup(self) -> None:
+        for f in self.shm_files:
+            f.unlink(missing_ok=True)
+        for d in reversed(self.made):
+            for _ in range(50):
+                try:
+                    for pid in (d / "cgroup.procs").read_text().split():
+                        try:
+                            os.kill(int(pid), 9)
+                        except ProcessLookupError:
+                            pass
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+@contextmanager
+def kube_tree() -> Iterator[KubeTree]:
+    h, own = own_v1_memory_cgroup()
+    tree = KubeTree(h, f"{own}/headroom-test-{secrets.token_hex(4)}".strip("/"))
+    try:
+        yield tree
+    finally:
+        tree.cleanup()
+
+
+class Grower:
+    """A child process charged to a given cgroup from its first allocation."""
+
+    def __init__(self, hierarchy: MemoryHierarchy, rel: str) -> None:
+        procs = hierarchy.dir(rel) / "cgroup.procs"
+
+        def enter_cgroup() -> None:
+            procs.write_text(str(os.getpid()))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", GROWER], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, preexec_fn=enter_cgroup,
+        )
+        assert self.read() == "ready"
+
+    def read(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def send(self, command: str, wait: bool = True) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        if wait:
+            reply = self.read()
+            assert reply == "ok", f"grower answered {reply!r} to {command!r}"
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()

@@ -1,0 +1,206 @@
+"""Tier 3: the real kernel. Memory cgroups shaped like a kubelet's, created beneath this
+test's own cgroup; a child grows anon, shmem and page cache; the exporter's figures must
+match what was allocated (within 5%); a burst between two scrapes shows in the peak; a
+child in a 64 MiB limit is really OOM-killed and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporter.config import Config
+from exporter.paths import HostPaths
+from exporter.pipeline import Pipeline
+from tests.conftest import exposition, parse_exposition
+from tests.kernel import Grower, KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+
+pytestmark = pytest.mark.kernel
+
+MiB = 1 << 20
+
+try:
+    own_v1_memory_cgroup()
+    SKIP = ""
+except KernelUnavailable as exc:
+    SKIP = str(exc)
+
+
+@pytest.fixture
+def tree() -> Iterator[KubeTree]:
+    if SKIP:
+        pytest.skip(SKIP)
+    with kube_tree() as t:
+        yield t
+
+
+def make_pipeline(tree: KubeTree, **kw: object) -> Pipeline:
+    cfg = Config(kubepods_path=tree.kubepods,
+                 collectors=frozenset({"cgroup", "procfs", "tmpfs"}), **kw)  # type: ignore[arg-type]
+    return Pipeline(cfg, HostPaths())
+
+
+@dataclass
+class Scrape:
+    values: dict[str, float]
+    pod: str
+    container: str
+
+    def get(self, name: str, container: bool = True, **labels: str) -> float:
+        want = {"pod": self.pod, "container": self.container if container else "", **labels}
+        hits = [v for k, v in self.values.items()
+                if k.startswith(name + "{") and all(f'{lk}="{lv}"' in k for lk, lv in
+                                                    want.items())]
+        assert len(hits) == 1, (name, want, len(hits))
+        return hits[0]
+
+    def kind(self, kind: str, container: bool = True) -> float:
+        return self.get("headroom_memory_bytes", container, kind=kind)
+
+
+async def scrape(p: Pipeline, pod_uid: str, cid: str) -> Scrape:
+    return Scrape(parse_exposition(await exposition(p)), pod_uid, cid[:12])
+
+
+@pytest.fixture
+async def pipelines() -> AsyncIterator[list[Pipeline]]:
+    made: list[Pipeline] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def near(actual: float, expected: float, rel: float = 0.05) -> bool:
+    return abs(actual - expected) <= rel * expected
+
+
+async def test_anon_shmem_page_cache_match_what_was_allocated(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod)
+    p = make_pipeline(tree)
+    pipelines.append(p)
+    g = Grower(tree.hierarchy, container)
+    shm_name = f"headroom-test-{cid[:8]}"
+    tree.shm_files.append(Path("/dev/shm") / shm_name)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        try:
+            s0 = await scrape(p, uid, cid)
+            g.send("anon 200")
+            s1 = await scrape(p, uid, cid)
+            g.send(f"shm 100 {shm_name}")
+            s2 = await scrape(p, uid, cid)
+            g.send(f"file 150 {tmp}/pagecache")
+            s3 = await scrape(p, uid, cid)
+        finally:
+            g.close()
+
+    name = os.path.basename(sys.executable)
+    print(f"\nanon +{(s1.kind('anon') - s0.kind('anon')) / MiB:.1f} MiB (200 allocated), "
+          f"shmem +{(s2.kind('shmem') - s1.kind('shmem')) / MiB:.1f} MiB (100), "
+          f"file +{(s3.kind('file_active') + s3.kind('file_inactive') - s2.kind('file_active')
+                    - s2.kind('file_inactive')) / MiB:.1f} MiB (150)")
+    # anon: the cgroup's anon kind and the process's RssAnon both grew by 200 MiB
+    assert near(s1.kind("anon") - s0.kind("anon"), 200 * MiB)
+    rss_anon = "headroom_process_memory_bytes"
+    assert near(s1.get(rss_anon, process=name, kind="rss_anon")
+                - s0.get(rss_anon, process=name, kind="rss_anon"), 200 * MiB)
+    # shmem: an unmapped /dev/shm file is in the cgroup's shmem, in no process's RSS
+    assert near(s2.kind("shmem") - s1.kind("shmem"), 100 * MiB)
+    assert s2.get(rss_anon, process=name, kind="rss_shmem") < 5 * MiB
+    assert s2.get("headroom_tmpfs_used_bytes", container=False, mount="/dev/shm") >= 95 * MiB
+    # page cache: 150 MiB of file pages, read twice so most are active
+    file_delta = (s3.kind("file_active") + s3.kind("file_inactive")
+                  - s2.kind("file_active") - s2.kind("file_inactive"))
+    assert near(file_delta, 150 * MiB)
+    # unreclaimable counts anon and shmem, not page cache
+    assert near(s2.get("headroom_memory_unreclaimable_bytes")
+                - s0.get("headroom_memory_unreclaimable_bytes"), 300 * MiB)
+    assert abs(s3.get("headroom_memory_unreclaimable_bytes")
+               - s2.get("headroom_memory_unreclaimable_bytes")) < 15 * MiB
+    for s in (s0, s1, s2, s3):
+        for level in (True, False):  # the container and its pod-level cgroup
+            kinds = ("anon", "shmem", "file_active", "file_inactive", "kernel", "unaccounted")
+            assert sum(s.kind(k, level) for k in kinds) == s.get(
+                "headroom_memory_usage_bytes", level)
+    assert s3.get("headroom_memory_limit_bytes") == 1024 * MiB  # the pod's limit
+    assert s3.get("headroom_memory_usage_bytes", container=False) >= s3.get(
+        "headroom_memory_usage_bytes")
+
+
+async def wait_samples(p: Pipeline, n: int) -> None:
+    assert p.sampler is not None
+    target = p.sampler.samples_taken + n
+    for _ in range(400):
+        if p.sampler.samples_taken >= target:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("sampler is not sampling")
+
+
+async def test_a_300ms_burst_between_two_scrapes_shows_in_the_peak(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod)
+    p = make_pipeline(tree, sampler_interval=0.2)
+    pipelines.append(p)
+    g = Grower(tree.hierarchy, container)
+    try:
+        s0 = await scrape(p, uid, cid)
+        await wait_samples(p, 2)
+        g.send("burst 200 300")  # returns once the memory is freed again
+        await wait_samples(p, 2)
+        s1 = await scrape(p, uid, cid)
+    finally:
+        g.close()
+    base = s0.get("headroom_memory_usage_bytes")
+    assert s1.get("headroom_memory_usage_bytes") < base + 20 * MiB  # gone by the scrape
+    assert s1.get("headroom_memory_peak_bytes") >= base + 190 * MiB  # but not missed
+    assert s1.get("headroom_memory_peak_bytes", container=False) >= base + 190 * MiB
+
+
+async def test_a_burst_shorter_than_the_sampling_interval_is_caught(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    """50 ms at a 1 s interval: the kernel's lifetime peak rose, so the window has it."""
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod)
+    p = make_pipeline(tree, sampler_interval=1.0)
+    pipelines.append(p)
+    g = Grower(tree.hierarchy, container)
+    try:
+        s0 = await scrape(p, uid, cid)
+        await wait_samples(p, 1)
+        g.send("burst 150 50")
+        await wait_samples(p, 1)
+        s1 = await scrape(p, uid, cid)
+    finally:
+        g.close()
+    base = s0.get("headroom_memory_usage_bytes")
+    assert s1.get("headroom_memory_peak_bytes") >= base + 140 * MiB
+
+
+async def test_a_child_in_a_64mib_limit_is_oom_killed_and_counted(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod, limit=64 * MiB)
+    p = make_pipeline(tree)
+    pipelines.append(p)
+    g = Grower(tree.hierarchy, container)
+    try:
+        s0 = await scrape(p, uid, cid)
+        g.send("grow 8 10", wait=False)
+        rc = await asyncio.to_thread(g.wait, 60)
+    finally:
+        g.close()
+    assert rc == -9  # SIGKILL from the OOM killer: exit code 137 in a container
+    s1 = await scrape(p, uid, cid)
+    assert s0.get("headroom_memory_events_total", event="oom_kill") == 0
+    assert s1.get("headroom_memory_events_total", event="oom_kill") == 1
+    assert s1.get("headroom_memory_events_total", event="max") > 0  # failcnt on v1
+    assert s1.get("headroom_memory_limit_bytes") == 64 * MiB
