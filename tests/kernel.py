@@ -15,6 +15,7 @@ driven by commands on its stdin:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -77,13 +78,14 @@ class KernelUnavailable(Exception):
     pass
 
 
-def own_v1_memory_cgroup(paths: HostPaths = HostPaths()) -> tuple[MemoryHierarchy, str]:
+def own_v1_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarchy, str]:
     """This process's memory cgroup, when it is a writable v1 one (this machine's case).
 
     On a pure cgroup v2 host the test process's cgroup holds processes, so the kernel's
     no-internal-processes rule forbids enabling the memory controller for children there;
     v2 is covered by fixture trees instead.
     """
+    paths = paths or HostPaths()
     if os.geteuid() != 0:
         raise KernelUnavailable("needs root to create memory cgroups")
     try:
@@ -143,10 +145,8 @@ class KubeTree:
             for _ in range(50):
                 try:
                     for pid in (d / "cgroup.procs").read_text().split():
-                        try:
+                        with contextlib.suppress(ProcessLookupError):
                             os.kill(int(pid), 9)
-                        except ProcessLookupError:
-                            pass
                     d.rmdir()
                     break
                 except FileNotFoundError:

@@ -131,7 +131,7 @@ def served() -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
 
 def test_serve_answers_metrics_healthz_landing(
         served: tuple[str, subprocess.Popen[bytes], float]) -> None:
-    url, proc, ready = served
+    url, _, ready = served
     # Starts serving in under a second (interpreter start-up included; measured, generous
     # for a loaded 2-core CI machine).
     assert ready < 3.0

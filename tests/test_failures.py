@@ -33,7 +33,7 @@ def success(text: str, collector: str) -> float:
     return parse_exposition(text)[f'headroom_collector_success{{collector="{collector}"}}']
 
 
-async def test_unreadable_cgroup_file_fails_the_collector_not_the_scrape(
+def test_unreadable_cgroup_file_fails_the_collector_not_the_scrape(
         tmp_path: Path) -> None:
     """A real permission error: the scrape runs without CAP_DAC_OVERRIDE (as a hardened
     DaemonSet would) and one cgroup's memory.stat is mode 000."""
@@ -71,7 +71,8 @@ async def test_unreadable_cgroup_file_fails_the_collector_not_the_scrape(
     pods = {k for k in values if k.startswith("headroom_memory_usage_bytes{")}
     assert any("4c1e0b8e" in k for k in pods)
     assert not any("15ab12cd34ef" in k for k in pods)
-    errors = [line for line in res.stderr.decode().splitlines() if "collector cgroup failed" in line]
+    errors = [line for line in res.stderr.decode().splitlines()
+              if "collector cgroup failed" in line]
     assert len(errors) == 1 and "PermissionError" in errors[0]
 
 

@@ -102,10 +102,12 @@ async def test_anon_shmem_page_cache_match_what_was_allocated(
             g.close()
 
     name = os.path.basename(sys.executable)
-    print(f"\nanon +{(s1.kind('anon') - s0.kind('anon')) / MiB:.1f} MiB (200 allocated), "
-          f"shmem +{(s2.kind('shmem') - s1.kind('shmem')) / MiB:.1f} MiB (100), "
-          f"file +{(s3.kind('file_active') + s3.kind('file_inactive') - s2.kind('file_active')
-                    - s2.kind('file_inactive')) / MiB:.1f} MiB (150)")
+    anon_d = s1.kind("anon") - s0.kind("anon")
+    shmem_d = s2.kind("shmem") - s1.kind("shmem")
+    file_d = (s3.kind("file_active") + s3.kind("file_inactive")
+              - s2.kind("file_active") - s2.kind("file_inactive"))
+    print(f"\nanon +{anon_d / MiB:.1f} MiB (200 allocated), shmem +{shmem_d / MiB:.1f} MiB "
+          f"(100), file +{file_d / MiB:.1f} MiB (150)")
     # anon: the cgroup's anon kind and the process's RssAnon both grew by 200 MiB
     assert near(s1.kind("anon") - s0.kind("anon"), 200 * MiB)
     rss_anon = "headroom_process_memory_bytes"

@@ -312,8 +312,20 @@ async def test_subscriber_history_live_gap_and_garbage(ctx: zmq.asyncio.Context)
             assert sub.tracker.stats.garbage == 2
             assert sub.prefix_cache_blocks() == {}
             # an engine restart: the sequence starts over
+            vllm.buffer = []
             await vllm.publish(0, batch(stored(H[50:53])))
             await until(lambda: sub.tracker.stats.resets == 1)
+            assert sub.prefix_cache_blocks() == {("0", "gpu"): 3}
+            for seq in (1, 2):
+                await vllm.publish(seq, batch())
+            await until(lambda: sub.tracker.last_seq == 2)
+            # another restart whose first batch we miss: replayed from 0
+            vllm.buffer = []
+            await vllm.publish(0, batch(stored(H[54:56])), drop=True)
+            await vllm.publish(1, batch(stored(H[56:57])))
+            await until(lambda: sub.tracker.stats.resets == 2 and sub.tracker.last_seq == 1)
+            await until(lambda: not sub.tracker.holding)
+            assert vllm.replays[-1] == 0
             assert sub.prefix_cache_blocks() == {("0", "gpu"): 3}
     finally:
         vllm.close()

@@ -71,7 +71,7 @@ def test_parse_status_reads_kb_as_bytes() -> None:
 def test_parse_smaps_rollup() -> None:
     text = (HOSTS / "v1-cgroupfs-containerd/proc/4100/smaps_rollup").read_text()
     assert parse_smaps_rollup(text) == ProcessPss(1_640_000 * 1024, 120_000 * 1024, 1024 * 1024)
-    with pytest.raises(ValueError, match="kernel < 5.7"):
+    with pytest.raises(ValueError, match=r"kernel < 5\.7"):
         parse_smaps_rollup("Rss: 10 kB\nPss: 5 kB\n")
 
 

@@ -387,11 +387,18 @@ class KvEventSubscriber:
                 await self._replay(ctx, sub, 0)
             while True:
                 frames = await sub.recv_multipart()
-                if self.tracker.apply_frames(frames) is Outcome.GAP:
+                outcome = self.tracker.apply_frames(frames)
+                if outcome is Outcome.GAP:
                     if self.source.replay_endpoint:
                         await self._replay(ctx, sub, self.tracker.replay_from)
                     else:
                         self.tracker.replay_done()  # nothing to ask: accept the loss
+                elif outcome is Outcome.RESET and self.tracker.last_seq and (
+                    self.source.replay_endpoint
+                ):
+                    # restarted and we missed its first batches: fetch them from 0
+                    self.tracker.clear()
+                    await self._replay(ctx, sub, 0)
         finally:
             sub.close(linger=0)
 

@@ -1,0 +1,140 @@
+"""Scrape cost of ``headroom serve`` on a synthetic node (a benchmark, not a test).
+
+    python benchmarks/scrape_cost.py [--containers 100] [--processes 500] [--scrapes 200]
+
+Builds a real node shape on this kernel: memory cgroups beneath this process's own cgroup,
+shaped like a kubelet's cgroupfs tree (pods with 3 containers each, plus pod-level
+cgroups), with real processes (``sleep``) spread over the containers. Then it starts the
+real exporter on it and measures:
+
+- CPU time per scrape: the exporter's utime+stime over N sequential scrapes, minus what
+  the background sampler used in the same wall time (measured separately, idle);
+- /metrics latency p50 / p99 (client side, loopback);
+- the exporter's RSS after the scrapes (and its high-water mark);
+- the sampler's idle CPU (no scrapes).
+Needs root and a writable cgroup v1 memory controller (this machine's); prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.kernel import kube_tree  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def rss(pid: int) -> tuple[int, int]:
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(status["VmRSS"].split()[0]) << 10, int(status["VmHWM"].split()[0]) << 10
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--containers", type=int, default=100)
+    ap.add_argument("--processes", type=int, default=500)
+    ap.add_argument("--scrapes", type=int, default=200)
+    ap.add_argument("--sampler-interval", default="200ms")
+    args = ap.parse_args()
+
+    sleepers: list[subprocess.Popen[bytes]] = []
+    with kube_tree() as tree:
+        containers: list[str] = []
+        while len(containers) < args.containers:
+            _, pod = tree.pod(qos=("burstable", "besteffort", "guaranteed")[len(containers) % 3],
+                              limit=8 << 30)
+            for _ in range(min(3, args.containers - len(containers))):
+                containers.append(tree.container(pod)[1])
+        for i in range(args.processes):
+            procs = tree.hierarchy.dir(containers[i % len(containers)]) / "cgroup.procs"
+
+            def enter(procs: Path = procs) -> None:
+                procs.write_text(str(os.getpid()))
+
+            sleepers.append(subprocess.Popen(["sleep", "3600"], preexec_fn=enter))
+        port = free_port()
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", "serve",
+             f"--web.listen-address=127.0.0.1:{port}",
+             f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+             "--no-collector.nvml", "--no-collector.vllm",
+             f"--sampler.interval={args.sampler_interval}"],
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(url, timeout=5).read()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            for _ in range(5):  # warm-up: imports, caches, PSS first reads
+                urllib.request.urlopen(url, timeout=10).read()
+
+            # The sampler's own cost, idle, to subtract from the scrape loop.
+            c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
+            time.sleep(5)
+            idle_cpu_per_s = (cpu_seconds(exporter.pid) - c0) / (time.monotonic() - t0)
+
+            latencies = []
+            size = 0
+            c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
+            for _ in range(args.scrapes):
+                s = time.perf_counter()
+                body = urllib.request.urlopen(url, timeout=10).read()
+                latencies.append(time.perf_counter() - s)
+                size = len(body)
+            wall = time.monotonic() - t0
+            cpu = cpu_seconds(exporter.pid) - c0
+            per_scrape = (cpu - idle_cpu_per_s * wall) / args.scrapes
+            now_rss, hwm = rss(exporter.pid)
+            series = sum(1 for line in body.decode().splitlines()
+                         if line and not line.startswith("#"))
+        finally:
+            exporter.send_signal(signal.SIGTERM)
+            exporter.wait(timeout=10)
+            for p in sleepers:
+                p.kill()
+            for p in sleepers:
+                p.wait()
+    latencies.sort()
+    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+    print(f"synthetic node: {args.containers} containers in "
+          f"{(args.containers + 2) // 3} pods, {args.processes} processes, "
+          f"sampler every {args.sampler_interval}; run {secrets.token_hex(2)}")
+    print(f"/metrics body              {size / 1024:.0f} KiB, {series} series")
+    print(f"CPU per scrape             {per_scrape * 1000:.1f} ms "
+          f"(raw {cpu / args.scrapes * 1000:.1f} ms incl. sampler)")
+    print(f"latency p50 / p99          {statistics.median(latencies) * 1000:.1f} ms / "
+          f"{p99 * 1000:.1f} ms over {args.scrapes} scrapes")
+    print(f"exporter RSS / high water  {now_rss / 2**20:.1f} MiB / {hwm / 2**20:.1f} MiB")
+    print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core")
+
+
+if __name__ == "__main__":
+    main()
