@@ -6,6 +6,7 @@ Everything reads host files through a ``HostPaths`` so tests run on fixture tree
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,11 @@ class MemoryHierarchy:
     def dir(self, rel: str) -> Path:
         return self.root / rel.strip("/") if rel.strip("/") else self.root
 
+    def file(self, rel: str, name: str) -> str:
+        """A file of a cgroup as a plain string path (the hot path avoids pathlib)."""
+        rel = rel.strip("/")
+        return f"{self.root}/{rel}/{name}" if rel else f"{self.root}/{name}"
+
 
 @dataclass(frozen=True)
 class HostPaths:
@@ -35,6 +41,9 @@ class HostPaths:
 
     def proc(self, *parts: str | int) -> Path:
         return self.procfs.joinpath(*(str(p) for p in parts))
+
+    def proc_file(self, pid: int | str, name: str) -> str:
+        return f"{self.procfs}/{pid}/{name}"
 
     def detect_memory_hierarchy(self) -> MemoryHierarchy:
         """Find the memory controller by the files present, not by kernel version.
@@ -87,6 +96,90 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     if v2_path is None:
         raise CgroupLayoutError(f"no memory cgroup in {procfs}/{pid}/cgroup")
     return v2_path
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Read a small kernel file with raw syscalls: 4-5x cheaper than pathlib's read_text,
+    which matters at thousands of /proc and cgroup reads per scrape."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if len(chunk) < 4096:  # kernel files return what they have in one read
+                break
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    return read_bytes(path).decode("utf-8", "replace")
+
+
+class OpenFiles:
+    """Keeps kernel files open between scrapes and re-reads them with pread at offset 0.
+
+    cgroup and /proc files are generated afresh on every read from offset 0, so an open
+    descriptor gives current values without the open/close syscalls (on this benchmark's
+    VM: 1.8 us instead of 12 us for memory.usage_in_bytes). A file of a removed cgroup
+    or an exited process fails its read (ENODEV, ESRCH): the descriptor is closed and the
+    error is raised as FileNotFoundError. ``sweep`` closes what a pass did not use, so a
+    removed cgroup is never pinned for longer than one scrape. Not thread-safe: one
+    instance per collector.
+    """
+
+    def __init__(self, max_open: int = 4096) -> None:
+        self._fds: dict[str, int] = {}
+        self._used: set[str] = set()
+        self.max_open = max_open
+
+    def read_text(self, path: str) -> str:
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return self._pread(path, fd)
+            except FileNotFoundError:
+                pass  # a stale descriptor (pid reused, cgroup re-created): open afresh
+        if len(self._fds) >= self.max_open:
+            return read_text(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError propagates
+        self._fds[path] = fd
+        return self._pread(path, fd)
+
+    def _pread(self, path: str, fd: int) -> str:
+        self._used.add(path)
+        try:
+            data = os.pread(fd, 65536, 0)
+            if len(data) == 65536:  # larger than one read: fall back to a plain read
+                data = read_bytes(path)
+        except OSError as exc:
+            self._close(path)
+            if exc.errno in (errno.ENODEV, errno.ESRCH, errno.ENOENT):
+                raise FileNotFoundError(exc.errno, exc.strerror, path) from exc
+            raise
+        return data.decode("utf-8", "replace")
+
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        self._used.discard(path)
+        if fd is not None:
+            os.close(fd)
+
+    def sweep(self) -> None:
+        for path in [p for p in self._fds if p not in self._used]:
+            self._close(path)
+        self._used.clear()
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._close(path)
+
+    def __len__(self) -> int:
+        return len(self._fds)
 
 
 def page_size() -> int:

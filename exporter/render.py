@@ -1,20 +1,17 @@
-"""Snapshot -> Prometheus metric families, built fresh on each scrape.
+"""Snapshot -> metric families -> Prometheus text or OpenMetrics, built fresh each scrape.
 
-client_python's custom-collector pattern: nothing is registered globally and nothing is
-mutated between scrapes, so a series that disappears from the host disappears here.
+client_python's custom-collector pattern (nothing registered globally, nothing mutated
+between scrapes, so a series that disappears from the host disappears here), with a leaner
+representation: a node with 100 containers has thousands of series, and client_python's
+Metric objects and generic encoder cost more CPU than reading the host (measured in
+benchmarks/scrape_cost.py). The output is checked against client_python's parsers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.openmetrics.exposition import (
-    CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE,
-)
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from exporter import __version__
 from exporter import catalog as c
@@ -22,19 +19,37 @@ from exporter.catalog import MetricSpec
 from exporter.join import Snapshot
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+@dataclass
+class Family:
+    """One metric family: its spec and samples as (rendered label pairs, value).
+
+    Label pairs are rendered once (``a="x",b="y"``, escaped) so that a workload's three
+    labels are formatted once per scrape, not once per sample.
+    """
+
+    spec: MetricSpec
+    samples: list[tuple[str, float]] = field(default_factory=list)
+
+    def add(self, labels: Sequence[str], value: float) -> None:
+        self.samples.append((label_pairs(self.spec.labels, labels), value))
+
+    def add_pairs(self, pairs: str, value: float) -> None:
+        self.samples.append((pairs, value))
+
+
+def label_pairs(names: Sequence[str], values: Sequence[str]) -> str:
+    return ",".join(f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True))
+
 
 # Extra renderers (GPU, vLLM) plug in here: each gets the snapshot, yields families.
-SectionRenderer = Callable[[Snapshot], Iterable[Metric]]
+SectionRenderer = Callable[[Snapshot], Iterable[Family]]
 
 
-def family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
-    if spec.type == "counter":
-        return CounterMetricFamily(spec.family, spec.help, labels=list(spec.labels))
-    return GaugeMetricFamily(spec.family, spec.help, labels=list(spec.labels))
-
-
-def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list[Metric]:
-    f = {spec.name: family(spec) for spec in (
+def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list[Family]:
+    f = {spec.name: Family(spec) for spec in (
         c.MEMORY_LIMIT_BYTES, c.MEMORY_USAGE_BYTES, c.MEMORY_WORKING_SET_BYTES,
         c.MEMORY_BYTES, c.MEMORY_UNRECLAIMABLE_BYTES, c.MEMORY_PEAK_BYTES,
         c.MEMORY_EVENTS_TOTAL, c.MEMORY_PRESSURE_SECONDS_TOTAL, c.MEMORY_SWAP_BYTES,
@@ -42,74 +57,116 @@ def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list
         c.PROCESS_MEMORY_BYTES, c.PROCESS_MEMORY_PSS_BYTES, c.PROCESS_COUNT,
         c.OOM_KILLS_TOTAL,
     )}
-
-    def add(spec: MetricSpec, labels: Sequence[str], value: float) -> None:
-        f[spec.name].add_metric(list(labels), value)
+    limit, usage, ws_, kinds, unrec, peak, events, pressure, swap = (
+        f[s.name].samples for s in (
+            c.MEMORY_LIMIT_BYTES, c.MEMORY_USAGE_BYTES, c.MEMORY_WORKING_SET_BYTES,
+            c.MEMORY_BYTES, c.MEMORY_UNRECLAIMABLE_BYTES, c.MEMORY_PEAK_BYTES,
+            c.MEMORY_EVENTS_TOTAL, c.MEMORY_PRESSURE_SECONDS_TOTAL, c.MEMORY_SWAP_BYTES)
+    )
+    tmpfs_used, tmpfs_size = f[c.TMPFS_USED_BYTES.name].samples, f[c.TMPFS_SIZE_BYTES.name].samples
+    proc_mem = f[c.PROCESS_MEMORY_BYTES.name].samples
+    proc_pss = f[c.PROCESS_MEMORY_PSS_BYTES.name].samples
+    proc_count = f[c.PROCESS_COUNT.name].samples
 
     for ws in snapshot.workloads:
-        w = list(ws.workload.labels())
+        w = label_pairs(c.WORKLOAD_LABELS, ws.workload.labels())
         m = ws.memory
         if m is not None:
-            add(c.MEMORY_LIMIT_BYTES, w, m.limit)
-            add(c.MEMORY_USAGE_BYTES, w, m.usage)
-            add(c.MEMORY_WORKING_SET_BYTES, w, m.working_set)
-            add(c.MEMORY_UNRECLAIMABLE_BYTES, w, m.unreclaimable)
+            limit.append((w, m.limit))
+            usage.append((w, m.usage))
+            ws_.append((w, m.working_set))
+            unrec.append((w, m.unreclaimable))
             for kind in c.MEMORY_KINDS:
                 if kind in m.kinds:
-                    add(c.MEMORY_BYTES, [*w, kind], m.kinds[kind])
+                    kinds.append((f'{w},kind="{kind}"', m.kinds[kind]))
             for event, count in sorted(m.events.items()):
-                add(c.MEMORY_EVENTS_TOTAL, [*w, event], count)
+                events.append((f'{w},event="{_escape_label(event)}"', count))
             for level, seconds in sorted(m.pressure.items()):
-                add(c.MEMORY_PRESSURE_SECONDS_TOTAL, [*w, level], seconds)
+                pressure.append((f'{w},level="{_escape_label(level)}"', seconds))
             if m.swap is not None:
-                add(c.MEMORY_SWAP_BYTES, w, m.swap)
+                swap.append((w, m.swap))
             # The window maximum can never be below what we just read.
-            add(c.MEMORY_PEAK_BYTES, w, max(ws.peak or 0, m.usage))
+            peak.append((w, max(ws.peak or 0, m.usage)))
         for t in ws.tmpfs:
-            add(c.TMPFS_USED_BYTES, [*w, t.mount], t.used)
-            add(c.TMPFS_SIZE_BYTES, [*w, t.mount], t.size)
+            tw = f'{w},mount="{_escape_label(t.mount)}"'
+            tmpfs_used.append((tw, t.used))
+            tmpfs_size.append((tw, t.size))
         for g in ws.processes:
-            pw = [*w, g.name]
-            add(c.PROCESS_COUNT, pw, g.count)
-            add(c.PROCESS_MEMORY_BYTES, [*pw, "rss_anon"], g.rss_anon)
-            add(c.PROCESS_MEMORY_BYTES, [*pw, "rss_file"], g.rss_file)
-            add(c.PROCESS_MEMORY_BYTES, [*pw, "rss_shmem"], g.rss_shmem)
-            add(c.PROCESS_MEMORY_BYTES, [*pw, "swap"], g.swap)
+            pw = f'{w},process="{_escape_label(g.name)}"'
+            proc_count.append((pw, g.count))
+            proc_mem.append((f'{pw},kind="rss_anon"', g.rss_anon))
+            proc_mem.append((f'{pw},kind="rss_file"', g.rss_file))
+            proc_mem.append((f'{pw},kind="rss_shmem"', g.rss_shmem))
+            proc_mem.append((f'{pw},kind="swap"', g.swap))
             if g.pss is not None:
-                add(c.PROCESS_MEMORY_PSS_BYTES, [*pw, "anon"], g.pss.anon)
-                add(c.PROCESS_MEMORY_PSS_BYTES, [*pw, "file"], g.pss.file)
-                add(c.PROCESS_MEMORY_PSS_BYTES, [*pw, "shmem"], g.pss.shmem)
+                proc_pss.append((f'{pw},kind="anon"', g.pss.anon))
+                proc_pss.append((f'{pw},kind="file"', g.pss.file))
+                proc_pss.append((f'{pw},kind="shmem"', g.pss.shmem))
+    oom = f[c.OOM_KILLS_TOTAL.name]
     for (workload, process), count in sorted(snapshot.oom_kills.items()):
-        add(c.OOM_KILLS_TOTAL, [*workload.labels(), process], count)
+        oom.add((*workload.labels(), process), count)
 
-    out: list[Metric] = list(f.values())
+    out: list[Family] = list(f.values())
     for section in sections:
         out.extend(section(snapshot))
-    success = family(c.COLLECTOR_SUCCESS)
-    duration = family(c.COLLECTOR_DURATION_SECONDS)
+    success = Family(c.COLLECTOR_SUCCESS)
+    duration = Family(c.COLLECTOR_DURATION_SECONDS)
     for r in snapshot.collectors:
-        success.add_metric([r.name], 1.0 if r.success else 0.0)
-        duration.add_metric([r.name], r.duration_seconds)
-    build = family(c.BUILD_INFO)
-    build.add_metric([__version__], 1.0)
+        success.add((r.name,), 1.0 if r.success else 0.0)
+        duration.add((r.name,), r.duration_seconds)
+    build = Family(c.BUILD_INFO)
+    build.add((__version__,), 1.0)
     out.extend([success, duration, build])
     return out
 
 
-class _Families:
-    """The one-method object prometheus_client's encoders ask for."""
+def format_value(v: float) -> str:
+    """Integers as integers (byte counts read better), other floats shortest round-trip."""
+    if isinstance(v, int):
+        return str(v)
+    if v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(v)
 
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
 
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
+def _escape_label(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
 
 
-def encode(families: list[Metric], accept: str | None) -> tuple[bytes, str]:
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def encode_families(families: Iterable[Family], openmetrics: bool = False) -> bytes:
+    """Prometheus text format 0.0.4, or OpenMetrics 1.0 (counter families named without
+    ``_total``, a trailing ``# EOF``). Empty families are left out."""
+    out: list[str] = []
+    for fam in families:
+        if not fam.samples:
+            continue
+        spec = fam.spec
+        sample_name = spec.name
+        family_name = spec.family if openmetrics else spec.name
+        out.append(f"# HELP {family_name} {_escape_help(spec.help)}\n"
+                   f"# TYPE {family_name} {spec.type if spec.type != 'info' else 'gauge'}\n")
+        for pairs, value in fam.samples:
+            if pairs:
+                out.append(f"{sample_name}{{{pairs}}} {format_value(value)}\n")
+            else:
+                out.append(f"{sample_name} {format_value(value)}\n")
+    if openmetrics:
+        out.append("# EOF\n")
+    return "".join(out).encode()
+
+
+def encode(families: list[Family], accept: str | None) -> tuple[bytes, str]:
     """Prometheus text by default; OpenMetrics when the scraper asks for it."""
-    registry: CollectorRegistry = _Families(families)  # type: ignore[assignment]
     if accept and "application/openmetrics-text" in accept:
-        body: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
-        return body, OPENMETRICS_CONTENT_TYPE
-    return generate_latest(registry), TEXT_CONTENT_TYPE
+        return encode_families(families, openmetrics=True), OPENMETRICS_CONTENT_TYPE
+    return encode_families(families), TEXT_CONTENT_TYPE

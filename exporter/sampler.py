@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from exporter.collectors.cgroup import CgroupGone, read_lifetime_peak, read_usage
-from exporter.paths import MemoryHierarchy
+from exporter.paths import MemoryHierarchy, OpenFiles
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class PeakSampler:
         self._lifetime: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._files = OpenFiles()  # used by the sampling thread only
         self.samples_taken = 0
         self.last_error = ""
 
@@ -91,12 +92,13 @@ class PeakSampler:
         lifetimes: dict[str, int] = {}
         for path in tracked:
             try:
-                readings[path] = read_usage(self._hierarchy, path)
-                lp = read_lifetime_peak(self._hierarchy, path)
+                readings[path] = read_usage(self._hierarchy, path, self._files.read_text)
+                lp = read_lifetime_peak(self._hierarchy, path, self._files.read_text)
             except (CgroupGone, OSError, ValueError):
                 continue  # the cgroup went away; discovery drops it on the next scrape
             if lp is not None:
                 lifetimes[path] = lp
+        self._files.sweep()
         with self._lock:
             for path, usage in readings.items():
                 if path not in self._tracked:
@@ -145,3 +147,5 @@ class PeakSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._files.close()

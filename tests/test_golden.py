@@ -5,6 +5,7 @@ Regenerate with ``pytest tests/test_golden.py --update-golden`` and review the d
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 
@@ -66,3 +67,53 @@ def test_kinds_sum_to_usage_in_every_golden() -> None:
 
 def _strip_kind(labels: str) -> str:
     return ",".join(p for p in labels.rstrip("}").split(",") if not p.startswith("kind=")) + "}"
+
+
+def _families(parse: object, text: str) -> dict[str, list[tuple[str, tuple, float]]]:
+    out: dict[str, list[tuple[str, tuple, float]]] = {}
+    for fam in parse(text):  # type: ignore[operator]
+        out[fam.name] = sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value) for s in fam.samples
+        )
+    return out
+
+
+@pytest.mark.parametrize("host", sorted(CASES))
+async def test_text_and_openmetrics_parse_back_to_the_same_samples(
+        host: str, make_pipeline: list) -> None:
+    """Our encoder is checked by client_python's own parsers, for both formats."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as prom
+
+    from exporter.render import encode, render
+
+    pipeline = fixture_pipeline(host_config(host), recorded_pods() if CASES[host] else None)
+    make_pipeline.append(pipeline)
+    families = render(await pipeline.snapshot())
+    text, ctype = encode(families, None)
+    omtext, omtype = encode(families, "application/openmetrics-text; version=1.0.0")
+    assert ctype.startswith("text/plain") and omtype.startswith("application/openmetrics")
+    a = _families(prom, text.decode())
+    b = _families(om, omtext.decode())
+    assert a == b
+    assert sum(len(v) for v in a.values()) == text.decode().count("\n") - 2 * len(a)
+
+
+def test_label_and_help_escaping_round_trip() -> None:
+    from prometheus_client.parser import text_string_to_metric_families as prom
+
+    from exporter.catalog import MetricSpec
+    from exporter.render import Family, encode_families
+
+    spec = MetricSpec("headroom_test_bytes", "gauge", ("a", "b"), "help \\ and\nnewline")
+    fam = Family(spec)
+    fam.add(['quote " back \\ nl \n', ""], 1.5e12)
+    fam.add(["x", "y"], float("nan"))
+    fam.add(["x", "z"], float("inf"))
+    fam.add(["y", "z"], 0.25)
+    (parsed,) = prom(encode_families([fam]).decode())
+    assert parsed.documentation == spec.help
+    assert parsed.samples[0].labels == {"a": 'quote " back \\ nl \n', "b": ""}
+    assert parsed.samples[0].value == 1.5e12
+    assert math.isnan(parsed.samples[1].value) and parsed.samples[2].value == math.inf
+    assert parsed.samples[3].value == 0.25

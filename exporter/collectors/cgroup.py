@@ -29,12 +29,11 @@ as reclaimable (they are written back first).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from exporter.model import CgroupMemory, CgroupVersion
-from exporter.paths import MemoryHierarchy
+from exporter.paths import MemoryHierarchy, read_text
 
 V2_KERNEL_PARTS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc")
 V1_UNLIMITED_FLOOR = 1 << 62  # v1 reports "no limit" as PAGE_COUNTER_MAX pages
@@ -48,12 +47,9 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
     """``key value`` lines (memory.stat, memory.events, oom_control)."""
     out: dict[str, int] = {}
     for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1])
-            except ValueError:
-                continue
+        key, _, value = line.partition(" ")
+        if value.isdigit():
+            out[key] = int(value)
     return out
 
 
@@ -204,10 +200,13 @@ def parse_cgroup(raw: RawCgroup, node_memory: int) -> CgroupMemory:
 # --- the thin reader ---------------------------------------------------------------------
 
 
-def _read(path: Path) -> str | None:
+Reader = Callable[[str], str]
+
+
+def _read(read: Reader, path: str) -> str | None:
     """File contents; None when the kernel does not offer the file (or PSI is off)."""
     try:
-        return path.read_text()
+        return read(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -217,59 +216,60 @@ def _read(path: Path) -> str | None:
         raise
 
 
-def _must_read(path: Path) -> str:
+def _must_read(read: Reader, path: str) -> str:
     try:
-        return path.read_text()
+        return read(path)
     except FileNotFoundError as exc:
-        raise CgroupGone(str(path)) from exc
+        raise CgroupGone(path) from exc
 
 
-def read_raw(hierarchy: MemoryHierarchy, rel: str) -> RawCgroup:
-    d = hierarchy.dir(rel)
+def read_raw(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> RawCgroup:
+    f = hierarchy.file
     if hierarchy.version == 2:
         limits: list[str] = []
-        cur = d
-        while True:
-            text = _read(cur / "memory.max")
+        parts = [p for p in rel.strip("/").split("/") if p]
+        for depth in range(len(parts), 0, -1):  # the cgroup and each ancestor
+            text = _read(read, f("/".join(parts[:depth]), "memory.max"))
             if text is not None:
                 limits.append(text)
-            if cur == hierarchy.root or cur.parent == cur:
-                break
-            cur = cur.parent
         return RawCgroup(
             version=2,
-            usage=_must_read(d / "memory.current"),
-            stat=_must_read(d / "memory.stat"),
+            usage=_must_read(read, f(rel, "memory.current")),
+            stat=_must_read(read, f(rel, "memory.stat")),
             limits=tuple(limits),
-            events=_read(d / "memory.events"),
-            pressure=_read(d / "memory.pressure"),
-            swap_current=_read(d / "memory.swap.current"),
+            events=_read(read, f(rel, "memory.events")),
+            pressure=_read(read, f(rel, "memory.pressure")),
+            swap_current=_read(read, f(rel, "memory.swap.current")),
         )
     return RawCgroup(
         version=1,
-        usage=_must_read(d / "memory.usage_in_bytes"),
-        stat=_must_read(d / "memory.stat"),
+        usage=_must_read(read, f(rel, "memory.usage_in_bytes")),
+        stat=_must_read(read, f(rel, "memory.stat")),
         limits=(),
-        failcnt=_read(d / "memory.failcnt"),
-        oom_control=_read(d / "memory.oom_control"),
-        kmem_usage=_read(d / "memory.kmem.usage_in_bytes"),
+        failcnt=_read(read, f(rel, "memory.failcnt")),
+        oom_control=_read(read, f(rel, "memory.oom_control")),
+        kmem_usage=_read(read, f(rel, "memory.kmem.usage_in_bytes")),
     )
 
 
-def read_cgroup(hierarchy: MemoryHierarchy, rel: str, node_memory: int) -> CgroupMemory:
-    return parse_cgroup(read_raw(hierarchy, rel), node_memory)
+def read_cgroup(
+    hierarchy: MemoryHierarchy, rel: str, node_memory: int, read: Reader = read_text
+) -> CgroupMemory:
+    return parse_cgroup(read_raw(hierarchy, rel, read), node_memory)
 
 
-def read_usage(hierarchy: MemoryHierarchy, rel: str) -> int:
+def read_usage(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> int:
     """The sampler's hot path: one small file."""
     name = "memory.current" if hierarchy.version == 2 else "memory.usage_in_bytes"
-    return int(_must_read(hierarchy.dir(rel) / name))
+    return int(_must_read(read, hierarchy.file(rel, name)))
 
 
-def read_lifetime_peak(hierarchy: MemoryHierarchy, rel: str) -> int | None:
+def read_lifetime_peak(
+    hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text
+) -> int | None:
     """memory.peak (v2, 5.19+) or memory.max_usage_in_bytes (v1); read-only use."""
     name = "memory.peak" if hierarchy.version == 2 else "memory.max_usage_in_bytes"
-    text = _read(hierarchy.dir(rel) / name)
+    text = _read(read, hierarchy.file(rel, name))
     if text is None:
         return None
     try:

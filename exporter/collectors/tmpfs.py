@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.model import CgroupRef, TmpfsMount
-from exporter.paths import HostPaths, MemoryHierarchy
+from exporter.paths import HostPaths, MemoryHierarchy, read_text
 
 SHM = "/dev/shm"
 EMPTY_DIR_MARK = "kubernetes.io~empty-dir"
@@ -98,10 +98,27 @@ class TmpfsCollector:
         self._paths = paths
         self._hierarchy = hierarchy
         self._statvfs = statvfs or (lambda p: statvfs_usage(os.statvfs(p)))
+        self._mount_cache: dict[int, list[MountEntry]] = {}
+
+    def _mounts(self, pid: int) -> list[MountEntry]:
+        """The mount table of a process, parsed once per mount namespace: containers of a
+        pod share one, and it rarely changes (a new namespace means a new inode)."""
+        try:
+            ns = os.stat(self._paths.proc_file(pid, "ns/mnt")).st_ino
+        except OSError:
+            ns = None  # fixture trees and kernels without ns files: no cache
+        cached = self._mount_cache.get(ns) if ns is not None else None
+        if cached is not None:
+            return cached
+        mounts = parse_mountinfo(read_text(self._paths.proc_file(pid, "mountinfo")))
+        if ns is not None:
+            self._mount_cache[ns] = mounts
+        return mounts
 
     def _host_empty_dirs(self) -> set[str]:
         try:
-            return empty_dir_devices(parse_mountinfo(self._paths.proc(1, "mountinfo").read_text()))
+            host = read_text(self._paths.proc_file(1, "mountinfo"))
+            return empty_dir_devices(parse_mountinfo(host))
         except OSError:
             return set()  # no host mount table (no hostPID): /dev/shm only
 
@@ -109,7 +126,7 @@ class TmpfsCollector:
         pids: list[int] = []
         for ref in refs:
             try:
-                text = (self._hierarchy.dir(ref.path) / "cgroup.procs").read_text()
+                text = read_text(self._hierarchy.file(ref.path, "cgroup.procs"))
             except FileNotFoundError:
                 continue
             pids.extend(int(x) for x in text.split() if x.isdigit() and x != "0")
@@ -121,12 +138,14 @@ class TmpfsCollector:
         """``owners``: the cgroup path the mounts are reported on (the pod-level cgroup, or
         a tracked cgroup) -> the cgroups whose processes can show them."""
         empty_dirs = self._host_empty_dirs()
+        if len(self._mount_cache) > 4 * len(owners) + 16:
+            self._mount_cache.clear()  # namespaces of exited pods: keep it bounded
         result: dict[str, tuple[TmpfsMount, ...]] = {}
         errors: list[str] = []
         for owner, refs in owners.items():
             for pid in self._first_pid(refs):
                 try:
-                    mounts = parse_mountinfo(self._paths.proc(pid, "mountinfo").read_text())
+                    mounts = self._mounts(pid)
                     found = []
                     for m in pod_tmpfs_mounts(mounts, empty_dirs):
                         target = self._paths.proc(pid, "root") / m.mount_point.lstrip("/")
