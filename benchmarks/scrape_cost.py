@@ -36,9 +36,13 @@ from tests.kernel import kube_tree  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_split(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return int(fields[11]) / TICK, int(fields[12]) / TICK  # utime, stime
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_split(pid))
 
 
 def rss(pid: int) -> tuple[int, int]:
@@ -104,6 +108,7 @@ def main() -> None:
             latencies = []
             size = 0
             c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
+            u0, s0 = cpu_split(exporter.pid)
             for _ in range(args.scrapes):
                 s = time.perf_counter()
                 body = urllib.request.urlopen(url, timeout=10).read()
@@ -111,6 +116,7 @@ def main() -> None:
                 size = len(body)
             wall = time.monotonic() - t0
             cpu = cpu_seconds(exporter.pid) - c0
+            u1, s1 = cpu_split(exporter.pid)
             per_scrape = (cpu - idle_cpu_per_s * wall) / args.scrapes
             now_rss, hwm = rss(exporter.pid)
             series = sum(1 for line in body.decode().splitlines()
@@ -129,7 +135,9 @@ def main() -> None:
           f"sampler every {args.sampler_interval}; run {secrets.token_hex(2)}")
     print(f"/metrics body              {size / 1024:.0f} KiB, {series} series")
     print(f"CPU per scrape             {per_scrape * 1000:.1f} ms "
-          f"(raw {cpu / args.scrapes * 1000:.1f} ms incl. sampler)")
+          f"(raw {cpu / args.scrapes * 1000:.1f} ms incl. sampler: user "
+          f"{(u1 - u0) / args.scrapes * 1000:.1f} ms, kernel {(s1 - s0) / args.scrapes * 1000:.1f}"
+          " ms)")
     print(f"latency p50 / p99          {statistics.median(latencies) * 1000:.1f} ms / "
           f"{p99 * 1000:.1f} ms over {args.scrapes} scrapes")
     print(f"exporter RSS / high water  {now_rss / 2**20:.1f} MiB / {hwm / 2**20:.1f} MiB")

@@ -84,8 +84,8 @@ async def serve(config: Config) -> None:
 
     integrations = build_integrations(config, paths)
     pipeline = Pipeline(config, paths, pods=integrations.pods)
-    pipeline.extra_collectors.extend(integrations.collectors)
-    app = make_app(pipeline, integrations.sections)
+    pipeline.extensions.extend(integrations.extensions)
+    app = make_app(pipeline)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.listen_host or None, config.listen_port)
@@ -108,7 +108,7 @@ async def serve(config: Config) -> None:
         t.cancel()
     await asyncio.gather(*background, return_exceptions=True)
     await runner.cleanup()
-    pipeline.close()
+    await pipeline.aclose()
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

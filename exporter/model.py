@@ -138,3 +138,12 @@ class CollectorResult:
     success: bool
     duration_seconds: float
     error: str = ""
+
+
+class PartialFailure(Exception):
+    """A collector produced data but some of it could not be read: it is reported failed
+    (``headroom_collector_success 0``) and ``data`` is still rendered."""
+
+    def __init__(self, message: str, data: object) -> None:
+        super().__init__(message)
+        self.data = data

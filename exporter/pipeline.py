@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from exporter.collectors.cgroup import CgroupGone, node_memory_bytes, read_cgroup
@@ -27,8 +27,15 @@ from exporter.collectors.procfs import (
 )
 from exporter.collectors.tmpfs import TmpfsCollector, TmpfsResult
 from exporter.config import Config
+from exporter.extensions import Extension, ScrapeInputs
 from exporter.join import Snapshot, join
-from exporter.model import CgroupMemory, CgroupRef, CollectorResult, PodDirectory
+from exporter.model import (
+    CgroupMemory,
+    CgroupRef,
+    CollectorResult,
+    PartialFailure,
+    PodDirectory,
+)
 from exporter.paths import (
     CgroupLayoutError,
     HostPaths,
@@ -36,6 +43,7 @@ from exporter.paths import (
     OpenFiles,
     self_memory_cgroup,
 )
+from exporter.render import SectionRenderer
 from exporter.sampler import PeakSampler
 from exporter.workloads import dedupe, find_kubepods, tracked_refs, walk_kubepods
 
@@ -43,14 +51,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HOST_SCAN_INTERVAL = 30.0  # seconds between scans of /proc for vLLM command lines
-
-
-class PartialFailure(Exception):
-    """The collector produced data but some of it could not be read."""
-
-    def __init__(self, message: str, data: object) -> None:
-        super().__init__(message)
-        self.data = data
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Pipeline:
         self._host_scan_at = -1e18
         self._host_vllm: dict[str, list[int]] = {}
         self._cgroup_files = OpenFiles()
-        self.extra_collectors: list[Callable[[Discovery], Awaitable[tuple[str, Any]]]] = []
+        self.extensions: list[Extension] = []
 
     # --- setup -------------------------------------------------------------------------
 
@@ -132,6 +132,23 @@ class Pipeline:
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+
+    async def aclose(self) -> None:
+        for ext in self.extensions:
+            aclose = getattr(ext, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            close = getattr(ext, "close", None)
+            if close is not None:
+                close()
+        self.close()
+
+    def sections(self) -> list[SectionRenderer]:
+        """Renderers of the extensions' data, for render()."""
+        def section(ext: Extension) -> SectionRenderer:
+            return lambda snap: ext.render(snap.extra.get(ext.name))
+
+        return [section(ext) for ext in self.extensions]
 
     # --- one scrape --------------------------------------------------------------------
 
@@ -199,13 +216,15 @@ class Pipeline:
             tasks["cgroup"] = self._run("cgroup", lambda: self._read_cgroups(refs), results)
         if cfg.enabled("procfs") and discovery and self._procfs is not None:
             tasks["procfs"] = self._run("procfs", lambda: self._read_procfs(refs), results)
-        if cfg.enabled("tmpfs") and discovery and self._tmpfs is not None:
-            tasks["tmpfs"] = self._run("tmpfs", lambda: self._read_tmpfs(refs), results)
         names = list(tasks)
         # One after another: they are CPU-bound Python, and running them in parallel threads
         # only adds GIL hand-offs (measured: about 2x the CPU per scrape).
         values = [await t for t in tasks.values()]
         got = dict(zip(names, values, strict=True))
+        if cfg.enabled("tmpfs") and discovery and self._tmpfs is not None:
+            known: ProcfsResult | None = got.get("procfs")
+            got["tmpfs"] = await self._run(
+                "tmpfs", lambda: self._read_tmpfs(refs, known), results)
         memory: Mapping[str, CgroupMemory] = got.get("cgroup") or {}
         procfs_result: ProcfsResult | None = got.get("procfs")
         tmpfs_result: TmpfsResult | None = got.get("tmpfs")
@@ -215,12 +234,44 @@ class Pipeline:
                 p = self.sampler.peak(r.path)
                 if p is not None:
                     peaks[r.path] = p
-        return join(
+        snapshot = join(
             refs, self.pods, memory, peaks,
             procfs_result.groups if procfs_result else {},
             tmpfs_result.mounts if tmpfs_result else {},
             results,
         )
+        if not self.extensions:
+            return snapshot
+        inputs = ScrapeInputs(snapshot, procfs_result,
+                              {ws.ref.path: ws.workload for ws in snapshot.workloads})
+        extra: dict[str, object] = {}
+        for ext in self.extensions:
+            extra[ext.name] = await self._run_async(ext.name, ext.collect(inputs), results)
+        return replace(snapshot, extra=extra,
+                       collectors=tuple(sorted(results, key=lambda r: r.name)))
+
+    async def _run_async(self, name: str, coro: Awaitable[T],
+                         results: list[CollectorResult]) -> T | None:
+        """An async source (network reads): a time limit, and the same failure rules."""
+        guard = self._guards.setdefault(name, _Guard())
+        start = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(coro, self.config.collector_timeout)
+        except asyncio.TimeoutError:
+            self._fail(name, guard, f"timed out after {self.config.collector_timeout:g}s",
+                       start, results)
+            return None
+        except PartialFailure as exc:
+            self._fail(name, guard, str(exc), start, results)
+            return exc.data  # type: ignore[return-value]
+        except Exception as exc:
+            self._fail(name, guard, f"{type(exc).__name__}: {exc}", start, results)
+            return None
+        if guard.last_error:
+            log.info("collector %s recovered", name)
+            guard.last_error = ""
+        results.append(CollectorResult(name, True, time.perf_counter() - start))
+        return value
 
     # --- the blocking parts, run in worker threads -------------------------------------
 
@@ -281,7 +332,9 @@ class Pipeline:
             )
         return result
 
-    def _read_tmpfs(self, refs: Sequence[CgroupRef]) -> TmpfsResult:
+    def _read_tmpfs(
+        self, refs: Sequence[CgroupRef], known: ProcfsResult | None = None
+    ) -> TmpfsResult:
         assert self._tmpfs is not None
         owners: dict[str, list[CgroupRef]] = {}
         pod_level = {r.pod_uid: r.path for r in refs if r.is_pod_level}
@@ -290,7 +343,10 @@ class Pipeline:
                 owners.setdefault(r.path, []).append(r)
             elif r.container_id is not None and r.pod_uid in pod_level:
                 owners.setdefault(pod_level[r.pod_uid], []).append(r)
-        result = self._tmpfs.collect(owners)
+        pids = None
+        if known is not None:
+            pids = {path: [p.pid for p in procs] for path, procs in known.processes.items()}
+        result = self._tmpfs.collect(owners, pids)
         if result.errors:
             raise PartialFailure(
                 f"{len(result.errors)} pods unreadable, first: {result.errors[0]}", result

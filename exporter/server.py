@@ -36,7 +36,7 @@ can be seen coming.</p>
 
 async def metrics(request: web.Request) -> web.Response:
     pipeline = request.app[PIPELINE_KEY]
-    sections: Sequence[SectionRenderer] = request.app[SECTIONS_KEY]
+    sections: Sequence[SectionRenderer] = [*pipeline.sections(), *request.app[SECTIONS_KEY]]
     snapshot = await pipeline.snapshot()
     accept = request.headers.get("Accept")
     # Rendering a large node is CPU work: keep it off the event loop too.

@@ -143,24 +143,26 @@ def walk_kubepods(hierarchy: MemoryHierarchy, kubepods_rel: str) -> list[CgroupR
         except OSError:
             return []  # a pod vanishing mid-walk is normal
 
-    def visit_pod(rel: str) -> None:
-        ref = classify(rel)
-        if ref is None:
+    def visit_pod(rel: str, name: str, qos: str | None) -> None:
+        # Built from the names directly: classify() on every path costs 5x more.
+        pod = parse_pod_dir(name, qos)
+        if pod is None:
             return
-        refs.append(ref)
-        for name in subdirs(rel):
-            child = classify(f"{rel}/{name}")
-            if child is not None:
-                refs.append(child)
+        refs.append(CgroupRef(path=rel, pod_uid=pod.uid, qos=pod.qos))
+        for child in subdirs(rel):
+            container = parse_container_dir(child)
+            if container is not None:
+                refs.append(CgroupRef(path=f"{rel}/{child}", pod_uid=pod.uid,
+                                      container_id=container[0], runtime=container[1],
+                                      qos=pod.qos))
 
     for name in subdirs(kubepods_rel):
         rel = f"{kubepods_rel}/{name}"
-        if parse_pod_dir(name, None):
-            visit_pod(rel)
-        elif _QOS_RE.search(name):
+        if _POD_RE.match(name):
+            visit_pod(rel, name, None)
+        elif q := _QOS_RE.search(name):
             for pod_name in subdirs(rel):
-                if parse_pod_dir(pod_name, None):
-                    visit_pod(f"{rel}/{pod_name}")
+                visit_pod(f"{rel}/{pod_name}", pod_name, q.group("qos"))
     return refs
 
 

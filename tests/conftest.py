@@ -89,7 +89,7 @@ _DURATION = re.compile(r"^(headroom_collector_duration_seconds\{[^}]*\}) .*$", r
 
 async def exposition(pipeline: Pipeline) -> str:
     snap = await pipeline.snapshot()
-    body, _ = encode(render(snap), None)
+    body, _ = encode(render(snap, pipeline.sections()), None)
     return _DURATION.sub(r"\1 0.0", body.decode())
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.catalog import OTHER_PROCESS
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
@@ -154,6 +154,8 @@ class ProcfsResult:
     groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
     processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
     hidden: int = 0  # pids listed as 0: processes in a pid namespace we cannot see
+    # cgroup path -> the command line of a vLLM API server in it (to find its /metrics)
+    vllm_argv: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class ProcfsCollector:
@@ -175,6 +177,7 @@ class ProcfsCollector:
         self._names: dict[tuple[int, str], str] = {}  # (pid, comm) -> name
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
         self._hidden = 0
+        self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
         self._files = OpenFiles()  # status and cgroup.procs stay open between scrapes
 
     def pids(self, ref: CgroupRef) -> list[int]:
@@ -199,6 +202,10 @@ class ProcfsCollector:
                 argv = split_cmdline(read_bytes(self._paths.proc_file(pid, "cmdline")))
                 name = process_name(argv, comm)
                 self._names[(pid, comm)] = name
+                if is_vllm_api_server(argv):
+                    self._api_argv[pid] = tuple(argv)
+                else:
+                    self._api_argv.pop(pid, None)
         except (FileNotFoundError, ProcessLookupError):
             return None
         return ProcessStatus(pid, name, *status[1:])
@@ -206,6 +213,7 @@ class ProcfsCollector:
     def collect(self, refs: Sequence[CgroupRef]) -> ProcfsResult:
         groups: dict[str, tuple[ProcessGroup, ...]] = {}
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
+        vllm_argv: dict[str, tuple[str, ...]] = {}
         live: set[int] = set()
         now = self._clock()
         self._hidden = 0
@@ -220,13 +228,15 @@ class ProcfsCollector:
                     continue
                 procs.append(p)
                 live.add(pid)
+                if pid in self._api_argv and ref.path not in vllm_argv:
+                    vllm_argv[ref.path] = self._api_argv[pid]
                 budget -= self._refresh_pss(p, now, budget)
             pss = {p.pid: self._pss[p.pid][2] for p in procs if p.pid in self._pss}
             groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
             processes[ref.path] = tuple(procs)
         self._forget(live)
         self._files.sweep()
-        return ProcfsResult(groups, processes, self._hidden)
+        return ProcfsResult(groups, processes, self._hidden, vllm_argv)
 
     def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
         """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""
@@ -252,3 +262,5 @@ class ProcfsCollector:
             del self._names[key]
         for pid in [pid for pid in self._pss if pid not in live]:
             del self._pss[pid]
+        for pid in [pid for pid in self._api_argv if pid not in live]:
+            del self._api_argv[pid]

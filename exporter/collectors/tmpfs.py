@@ -134,16 +134,24 @@ class TmpfsCollector:
                 break
         return pids
 
-    def collect(self, owners: Mapping[str, Sequence[CgroupRef]]) -> TmpfsResult:
+    def collect(
+        self,
+        owners: Mapping[str, Sequence[CgroupRef]],
+        known_pids: Mapping[str, Sequence[int]] | None = None,
+    ) -> TmpfsResult:
         """``owners``: the cgroup path the mounts are reported on (the pod-level cgroup, or
-        a tracked cgroup) -> the cgroups whose processes can show them."""
+        a tracked cgroup) -> the cgroups whose processes can show them. ``known_pids``
+        (cgroup path -> pids, from the procfs collector) saves reading cgroup.procs."""
         empty_dirs = self._host_empty_dirs()
         if len(self._mount_cache) > 4 * len(owners) + 16:
             self._mount_cache.clear()  # namespaces of exited pods: keep it bounded
         result: dict[str, tuple[TmpfsMount, ...]] = {}
         errors: list[str] = []
         for owner, refs in owners.items():
-            for pid in self._first_pid(refs):
+            pids = None
+            if known_pids is not None:
+                pids = [pid for r in refs for pid in known_pids.get(r.path, ())][:3]
+            for pid in pids or self._first_pid(refs):
                 try:
                     mounts = self._mounts(pid)
                     found = []

