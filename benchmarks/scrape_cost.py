@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.kernel import kube_tree  # noqa: E402
+from tests.kernel import kube_tree
 
 TICK = os.sysconf("SC_CLK_TCK")
 

