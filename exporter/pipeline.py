@@ -43,6 +43,7 @@ from exporter.paths import (
     OpenFiles,
     self_memory_cgroup,
 )
+from exporter.postmortem import FlightRecorder, KmsgReader, PostMortem
 from exporter.render import SectionRenderer
 from exporter.sampler import PeakSampler
 from exporter.workloads import dedupe, find_kubepods, tracked_refs, walk_kubepods
@@ -66,6 +67,17 @@ class Discovery:
     refs: tuple[CgroupRef, ...]
     kubepods: str | None
     vllm_pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # cgroup -> pids
+
+
+def kill_domains(refs: Sequence[CgroupRef], version: int) -> list[str]:
+    """The cgroups whose oom_kill counters count each kill once: on v2 the pod-level
+    cgroup (memory.events is hierarchical and outlives a killed container); on v1 each
+    container (v1 counts only in the victim's own cgroup). Tracked cgroups as they are."""
+    out = []
+    for r in refs:
+        if r.pod_uid is None or (r.is_pod_level if version == 2 else not r.is_pod_level):
+            out.append(r.path)
+    return out
 
 
 def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
@@ -105,6 +117,7 @@ class Pipeline:
         self._procfs: ProcfsCollector | None = None
         self._tmpfs: TmpfsCollector | None = None
         self.sampler: PeakSampler | None = None
+        self.postmortem: PostMortem | None = None
         self._host_scan_at = -1e18
         self._host_vllm: dict[str, list[int]] = {}
         self._cgroup_files = OpenFiles()
@@ -126,12 +139,26 @@ class Pipeline:
             self._tmpfs = TmpfsCollector(self.paths, h)
             self.sampler = PeakSampler(h, self.config.sampler_interval,
                                        self.config.sampler_window, clock=self._clock)
+            self.postmortem = PostMortem(
+                FlightRecorder(self.config.flight_recorder_window),
+                directory=self.config.flight_recorder_dir,
+                procfs=self.paths.procfs,
+                kmsg=KmsgReader(self.config.kmsg),
+            )
+            self.sampler.usage_sink = self.postmortem.recorder.record_usage
+            self.sampler.kill_sink = self._check_kills
             self.sampler.start()
         return self._hierarchy
+
+    def _check_kills(self, counters: Mapping[str, int]) -> None:
+        if self.postmortem is not None:
+            self.postmortem.check(counters)
 
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+        if self.postmortem is not None and self.postmortem.kmsg is not None:
+            self.postmortem.kmsg.close()
 
     async def aclose(self) -> None:
         for ext in self.extensions:
@@ -240,15 +267,30 @@ class Pipeline:
             tmpfs_result.mounts if tmpfs_result else {},
             results,
         )
-        if not self.extensions:
+        if self.extensions:
+            inputs = ScrapeInputs(snapshot, procfs_result,
+                                  {ws.ref.path: ws.workload for ws in snapshot.workloads})
+            extra: dict[str, object] = {}
+            for ext in self.extensions:
+                extra[ext.name] = await self._run_async(ext.name, ext.collect(inputs), results)
+            snapshot = replace(snapshot, extra=extra,
+                               collectors=tuple(sorted(results, key=lambda r: r.name)))
+        return self._post_mortem(snapshot, refs, procfs_result)
+
+    def _post_mortem(self, snapshot: Snapshot, refs: Sequence[CgroupRef],
+                     procfs: ProcfsResult | None) -> Snapshot:
+        """Feed the OOM watcher and flight recorder; report the kills counted so far."""
+        pm, sampler, h = self.postmortem, self.sampler, self._hierarchy
+        if pm is None or sampler is None or h is None:
             return snapshot
-        inputs = ScrapeInputs(snapshot, procfs_result,
-                              {ws.ref.path: ws.workload for ws in snapshot.workloads})
-        extra: dict[str, object] = {}
-        for ext in self.extensions:
-            extra[ext.name] = await self._run_async(ext.name, ext.collect(inputs), results)
-        return replace(snapshot, extra=extra,
-                       collectors=tuple(sorted(results, key=lambda r: r.name)))
+        processes = {
+            path: [(p.pid, p.name, p.rss) for p in procs]
+            for path, procs in (procfs.processes.items() if procfs else ())
+        }
+        pm.observe_scrape(snapshot, processes)
+        pm.forget(r.path for r in refs)
+        sampler.set_kill_domains(kill_domains(refs, h.version))
+        return replace(snapshot, oom_kills=dict(pm.counts))
 
     async def _run_async(self, name: str, coro: Awaitable[T],
                          results: list[CollectorResult]) -> T | None:

@@ -17,10 +17,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from exporter.collectors.cgroup import CgroupGone, read_lifetime_peak, read_usage
 from exporter.paths import MemoryHierarchy, OpenFiles
+from exporter.postmortem import read_oom_kills
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class PeakSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._files = OpenFiles()  # used by the sampling thread only
+        self._kill_domains: frozenset[str] = frozenset()
+        # Optional consumers, called from the sampling thread after each sample:
+        self.usage_sink: Callable[[Mapping[str, int]], None] | None = None
+        self.kill_sink: Callable[[Mapping[str, int]], None] | None = None
         self.samples_taken = 0
         self.last_error = ""
 
@@ -84,10 +89,25 @@ class PeakSampler:
                 del self._windows[gone]
                 self._lifetime.pop(gone, None)
 
+    def set_kill_domains(self, paths: Iterable[str]) -> None:
+        """Cgroups whose oom_kill counter the OOM watcher follows (postmortem.py)."""
+        self._kill_domains = frozenset(paths)
+
     def sample_once(self) -> None:
         now = self._clock()
         with self._lock:
             tracked = self._tracked
+        # Kill counters first: a peak that led to a kill read below is then in the
+        # flight recorder before the kill is published.
+        kills: dict[str, int] = {}
+        if self.kill_sink is not None:
+            for path in self._kill_domains:
+                try:
+                    count = read_oom_kills(self._hierarchy, path, self._files.read_text)
+                except (OSError, ValueError):
+                    continue
+                if count is not None:
+                    kills[path] = count
         readings: dict[str, int] = {}
         lifetimes: dict[str, int] = {}
         for path in tracked:
@@ -99,6 +119,7 @@ class PeakSampler:
             if lp is not None:
                 lifetimes[path] = lp
         self._files.sweep()
+        values: dict[str, int] = {}
         with self._lock:
             for path, usage in readings.items():
                 if path not in self._tracked:
@@ -114,7 +135,13 @@ class PeakSampler:
                 if w is None:
                     w = self._windows[path] = WindowMax(self.window)
                 w.add(now, value)
+                values[path] = value
             self.samples_taken += 1
+        # Outside the lock: the flight recorder and OOM watcher take their own.
+        if self.usage_sink is not None:
+            self.usage_sink(values)
+        if self.kill_sink is not None:
+            self.kill_sink(kills)
 
     def peak(self, path: str) -> int | None:
         with self._lock:

@@ -27,6 +27,7 @@ can be seen coming.</p>
 <ul>
 <li><a href="metrics">/metrics</a>: Prometheus metrics</li>
 <li><a href="healthz">/healthz</a>: liveness</li>
+<li><a href="debug/oom/">/debug/oom/</a>: flight-recorder documents of OOM kills</li>
 </ul>
 <h2>Collectors</h2>
 <p>{collectors}</p>
@@ -48,6 +49,20 @@ async def metrics(request: web.Request) -> web.Response:
     return resp
 
 
+async def oom_index(request: web.Request) -> web.Response:
+    pm = request.app[PIPELINE_KEY].postmortem
+    names = pm.list_documents() if pm is not None else []
+    return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
+
+
+async def oom_document(request: web.Request) -> web.Response:
+    pm = request.app[PIPELINE_KEY].postmortem
+    doc = pm.get_document(request.match_info["name"]) if pm is not None else None
+    if doc is None:
+        raise web.HTTPNotFound(text="no such OOM document\n")
+    return web.json_response(doc)
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
@@ -67,5 +82,7 @@ def make_app(pipeline: Pipeline, sections: Sequence[SectionRenderer] = ()) -> we
     app[SECTIONS_KEY] = list(sections)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/debug/oom/", oom_index)
+    app.router.add_get("/debug/oom/{name}", oom_document)
     app.router.add_get("/", landing)
     return app

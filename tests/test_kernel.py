@@ -6,6 +6,7 @@ child in a 64 MiB limit is really OOM-killed and counted."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -187,15 +188,18 @@ async def test_a_burst_shorter_than_the_sampling_interval_is_caught(
     assert s1.get("headroom_memory_peak_bytes") >= base + 140 * MiB
 
 
+@pytest.mark.parametrize("kmsg", [True, False], ids=["kmsg", "no-kmsg"])
 async def test_a_child_in_a_64mib_limit_is_oom_killed_and_counted(
-        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+        tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path, kmsg: bool) -> None:
     uid, pod = tree.pod(limit=1024 * MiB)
     cid, container = tree.container(pod, limit=64 * MiB)
-    p = make_pipeline(tree)
+    p = make_pipeline(tree, flight_recorder_dir=tmp_path / "oom",
+                      kmsg=Path("/dev/kmsg") if kmsg else None)
     pipelines.append(p)
     g = Grower(tree.hierarchy, container)
     try:
         s0 = await scrape(p, uid, cid)
+        await wait_samples(p, 2)  # the watcher has read the counters once
         g.send("grow 8 10", wait=False)
         rc = await asyncio.to_thread(g.wait, 60)
     finally:
@@ -206,3 +210,25 @@ async def test_a_child_in_a_64mib_limit_is_oom_killed_and_counted(
     assert s1.get("headroom_memory_events_total", event="oom_kill") == 1
     assert s1.get("headroom_memory_events_total", event="max") > 0  # failcnt on v1
     assert s1.get("headroom_memory_limit_bytes") == 64 * MiB
+    # The OOM watcher counts the kill on the pod, with the victim's process name ...
+    name = os.path.basename(sys.executable)
+    for _ in range(50):
+        kills = {k: v for k, v in s1.values.items() if k.startswith("headroom_oom_kills_total")}
+        if kills:
+            break
+        await asyncio.sleep(0.1)
+        s1 = await scrape(p, uid, cid)
+    assert kills == {f'headroom_oom_kills_total{{namespace="",pod="{uid}",container="",'
+                     f'process="{name}"}}': 1}
+    # ... and the flight recorder kept the minutes before it, naming the victim.
+    docs = list((tmp_path / "oom").glob("*.json"))
+    assert len(docs) == 1
+    doc = json.loads(docs[0].read_text())
+    assert doc["victim"]["process"] == name
+    assert doc["victim"]["pid"] == g.proc.pid
+    assert doc["victim"]["source"] == ("kmsg" if kmsg else "guess")
+    assert doc["pod"] == uid and doc["container"] == cid[:12]
+    assert max(v for _, v in doc["usage"]) >= 60 * MiB  # the climb to the limit
+    assert doc["scrapes"] and doc["scrapes"][-1]["limit"] == 64 * MiB
+    assert p.postmortem is not None
+    assert p.postmortem.list_documents() == [docs[0].name]

@@ -1,0 +1,184 @@
+"""headroom / fleet: every vLLM pod, ranked by how soon it will be OOM-killed.
+
+One row per pod (the lowest figure over its pod cgroup and containers): time to the
+limit, headroom, the unreclaimable share, growth since the baseline, OOM kills. Every pod
+name links to the pod dashboard.
+"""
+
+from __future__ import annotations
+
+from dashboards.common import (
+    BASELINE,
+    JOB,
+    NAMESPACE,
+    POD_CGROUP,
+    RANGE,
+    RATE,
+    RULES_CONFIG,
+    SERIES_POD_LINK,
+    TABLE_POD_LINK,
+    bargauge,
+    dashboard,
+    eq,
+    in_scope,
+    metric,
+    namespace_var,
+    row,
+    scope_var,
+    stat,
+    table,
+    thresholds,
+    timeseries,
+)
+from dashboards.common import CATALOG as c
+from dashboards.common import RULE as r
+
+WARN_S = RULES_CONFIG.fill_warning_horizon_s
+CRIT_S = RULES_CONFIG.fill_critical_horizon_s
+FULL = RULES_CONFIG.fill_critical_min_ratio
+OOM_EVENTS = metric(c.MEMORY_EVENTS_TOTAL, JOB, NAMESPACE, POD_CGROUP, eq("event", "oom_kill"))
+
+
+def per_pod(agg: str, rule: str, *matchers: str) -> str:
+    """A recording rule reduced to one figure per pod (over its cgroups), in scope."""
+    return in_scope(f"{agg} by (namespace, pod) ({metric(rule, NAMESPACE, *matchers)})")
+
+
+TIME_TO_LIMIT = per_pod("min", r.TIME_TO_LIMIT)
+HEADROOM = per_pod("min", r.HEADROOM)
+RATIO = per_pod("max", r.UNRECLAIMABLE_RATIO)
+RISE = per_pod("max", r.UNRECLAIMABLE_BASELINE_RISE, POD_CGROUP)
+HIDDEN_RISE = per_pod("max", r.HIDDEN_BASELINE_RISE, POD_CGROUP)
+KILLS_IN_RANGE = in_scope(f"sum by (namespace, pod) (increase({OOM_EVENTS}[{RANGE}]))")
+
+panels = [
+    row("At risk now"),
+    stat(
+        f"Pods within {WARN_S // 3600}h of the limit",
+        "Pods whose unreclaimable memory, at its current 1h slope, reaches the limit of "
+        f"the pod cgroup or a container within {WARN_S // 3600}h "
+        f"({r.TIME_TO_LIMIT}).",
+        [(f"count({TIME_TO_LIMIT} < {WARN_S}) or vector(0)", "")],
+        unit="short", w=6, steps=thresholds(("green", 0), ("orange", 1)),
+    ),
+    stat(
+        f"Pods over {FULL:.0%} unreclaimable",
+        f"Pods where more than {FULL:.0%} of a limit is memory the kernel cannot "
+        "reclaim: the next growth or burst is an OOM kill.",
+        [(f"count({RATIO} > {FULL}) or vector(0)", "")],
+        unit="short", w=6, steps=thresholds(("green", 0), ("red", 1)),
+    ),
+    stat(
+        "OOM kills in range",
+        "OOM kills in the pods in scope during the dashboard's time range, from each pod "
+        "cgroup's memory.events oom_kill (hierarchical: any container).",
+        [(f"sum({KILLS_IN_RANGE}) or vector(0)", "")],
+        unit="short", w=6, instant=True, steps=thresholds(("green", 0), ("red", 1)),
+    ),
+    stat(
+        "Pods tracked",
+        "Pods in scope (vLLM pods by their processes or a vLLM /metrics headroom reads; "
+        "or every pod) that headroom reports.",
+        [(f"count({in_scope(f'max by (namespace, pod) ({metric(r.LIMIT, NAMESPACE)})')})",
+          "")],
+        unit="short", w=6,
+    ),
+    row("Ranked"),
+    table(
+        "Pods ranked by time to limit",
+        "One row per pod, lowest figure over its pod cgroup and containers; sorted by "
+        "time to limit (empty: not growing), then sort by any column, e.g. headroom. The "
+        "pod name opens the pod dashboard.",
+        [
+            ("Time to limit", TIME_TO_LIMIT, "s"),
+            ("Headroom", HEADROOM, "bytes"),
+            ("Unreclaimable / limit", RATIO, "percentunit"),
+            (f"Growth since baseline ({BASELINE})", RISE, "bytes"),
+            (f"Hidden growth ({BASELINE})", HIDDEN_RISE, "bytes"),
+            ("OOM kills in range", KILLS_IN_RANGE, "short"),
+        ],
+        labels=["namespace", "pod"],
+        sort_by="Time to limit",
+        links={"pod": TABLE_POD_LINK},
+        h=11,
+    ),
+    bargauge(
+        "Least headroom",
+        "The 15 pods with the smallest share of their limit left once page cache is "
+        "reclaimed (1 - unreclaimable / limit, worst cgroup of the pod). Red under 5%, "
+        "orange under 15%. Click a bar for the pod dashboard.",
+        [(f"bottomk(15, 1 - {RATIO})", "{{namespace}}/{{pod}}")],
+        unit="percentunit",
+        steps=thresholds(("red", 0), ("orange", 0.05), ("green", 0.15)),
+        links=[SERIES_POD_LINK],
+    ),
+    timeseries(
+        "Time to limit: the 10 closest pods",
+        "Time to the limit at the current 1h slope, for the 10 pods closest to it. A "
+        "line falling towards zero is a pod about to be killed; gaps mean it stopped "
+        f"growing. The red line is {CRIT_S // 3600}h, the page.",
+        [(f"bottomk(10, {TIME_TO_LIMIT})", "{{namespace}}/{{pod}}")],
+        unit="s", h=9, links=[SERIES_POD_LINK], min_zero=True,
+        steps=thresholds(("green", 0), ("red", CRIT_S)),
+    ),
+    timeseries(
+        "Unreclaimable / limit: the 10 fullest pods",
+        "Share of the limit the kernel cannot reclaim, for the 10 fullest pods (worst "
+        "cgroup of each). Lines at 85% (reclaim at the limit) and 95% (near the limit).",
+        [(f"topk(10, {RATIO})", "{{namespace}}/{{pod}}")],
+        unit="percentunit", links=[SERIES_POD_LINK], min_zero=True,
+        steps=thresholds(("green", 0), ("orange", 0.85), ("red", 0.95)),
+    ),
+    timeseries(
+        "OOM kills",
+        "OOM kills per interval and pod: the pod cgroup's memory.events oom_kill, and "
+        "headroom's watcher with the victim's process name when known.",
+        [
+            (
+                in_scope(f"sum by (namespace, pod) (increase({OOM_EVENTS}[{RATE}])) > 0"),
+                "{{namespace}}/{{pod}}",
+            ),
+            (
+                in_scope(
+                    f"sum by (namespace, pod, process) "
+                    f"(increase({metric(c.OOM_KILLS_TOTAL, JOB, NAMESPACE)}[{RATE}])) > 0"
+                ),
+                "{{namespace}}/{{pod}} {{process}} (watcher)",
+            ),
+        ],
+        unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    row("Growth"),
+    bargauge(
+        f"Largest growth since baseline ({BASELINE})",
+        f"The 10 pods whose unreclaimable floor (lowest value over {BASELINE}, pod "
+        f"cgroup) rose most since the window before ({r.UNRECLAIMABLE_BASELINE_RISE}): "
+        "growth diurnal load cannot explain, what HeadroomMemoryFillingUp extrapolates.",
+        [(f"topk(10, {RISE} > 0)", "{{namespace}}/{{pod}}")],
+        unit="bytes", links=[SERIES_POD_LINK],
+    ),
+    bargauge(
+        f"Largest hidden-memory growth ({BASELINE})",
+        "The 10 pods whose memory no process accounts for (unmapped /dev/shm files, "
+        "kernel memory, a dead container's charges) rose most over the baseline window "
+        f"({r.HIDDEN_BASELINE_RISE}): HeadroomHiddenMemoryGrowth's signal.",
+        [(f"topk(10, {HIDDEN_RISE} > 0)", "{{namespace}}/{{pod}}")],
+        unit="bytes", links=[SERIES_POD_LINK],
+    ),
+    timeseries(
+        "Headroom of the pods in scope",
+        "Limit minus unreclaimable memory per pod (worst cgroup). A pod's line drops as "
+        "it grows; page cache does not count, the kernel reclaims it first.",
+        [(HEADROOM, "{{namespace}}/{{pod}}")],
+        unit="bytes", w=24, links=[SERIES_POD_LINK], min_zero=True, legend_table=True,
+    ),
+]
+
+dashboard = dashboard(
+    uid="headroom-fleet",
+    title="headroom / fleet",
+    description="Every vLLM pod ranked by time to its memory limit and by headroom, OOM "
+    "kills, and the largest growth since the baseline; each pod links to its pod view.",
+    variables=[namespace_var(), scope_var()],
+    panels=panels,
+)

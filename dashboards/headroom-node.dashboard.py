@@ -1,0 +1,191 @@
+"""headroom / node: every workload on one node, its GPUs and its memory.
+
+The node variable's text is the ``node`` label (added by the scrape config from the pod's
+node name) or, without it, the exporter's ``instance``; its value is always the instance,
+which every series carries, so the panels select ``instance=~"$node"``.
+"""
+
+from __future__ import annotations
+
+from dashboards.common import CATALOG as c
+from dashboards.common import (
+    JOB,
+    NODE,
+    POD_CGROUP,
+    RANGE,
+    RATE,
+    SERIES_POD_LINK,
+    TABLE_POD_LINK,
+    by,
+    dashboard,
+    eq,
+    limit_style,
+    metric,
+    node_var,
+    row,
+    stat,
+    table,
+    thresholds,
+    timeseries,
+)
+from dashboards.common import RULE as r
+
+W = c.WORKLOAD_LABELS
+ON_NODE = (JOB, NODE)
+POD = (*ON_NODE, POD_CGROUP)  # pod-level cgroups of the node's pods
+PODS_ON_NODE = f"max by (namespace, pod) ({metric(c.MEMORY_LIMIT_BYTES, *POD)})"
+
+
+def per_pod(spec: c.MetricSpec, agg: str = "max") -> str:
+    return f"{agg} by (namespace, pod) ({metric(spec, *POD)})"
+
+
+def rule_on_node(agg: str, rule: str) -> str:
+    """A recording rule (no instance label) for the pods of this node."""
+    return f"{agg} by (namespace, pod) ({rule})\nand on (namespace, pod)\n{PODS_ON_NODE}"
+
+
+panels = [
+    row("Node"),
+    stat(
+        "Pods tracked",
+        "Pods on this node whose cgroups headroom reads.",
+        [(f"count({PODS_ON_NODE})", "")],
+        unit="short", w=4,
+    ),
+    stat(
+        "Memory charged to pods",
+        "Sum of the pod cgroups' usage on this node (page cache included).",
+        [(f"sum({per_pod(c.MEMORY_USAGE_BYTES)})", "")],
+        unit="bytes", w=5,
+    ),
+    stat(
+        "Unreclaimable, all pods",
+        "Sum of what the kernel cannot reclaim in the pod cgroups on this node: the "
+        "floor of node memory the pods hold.",
+        [(f"sum({per_pod(c.MEMORY_UNRECLAIMABLE_BYTES)})", "")],
+        unit="bytes", w=5,
+    ),
+    stat(
+        "GPUs",
+        "GPUs (or MIG instances) NVML reports on this node.",
+        [(f"count(max by (gpu, uuid) ({metric(c.GPU_MEMORY_TOTAL_BYTES, *ON_NODE)}))", "")],
+        unit="short", w=5, no_value="none",
+    ),
+    stat(
+        "OOM kills in range",
+        "OOM kills in the pods of this node during the time range (pod cgroups' "
+        "memory.events oom_kill).",
+        [(
+            f"sum(increase({metric(c.MEMORY_EVENTS_TOTAL, *POD, eq('event', 'oom_kill'))}"
+            f"[{RANGE}])) or vector(0)",
+            "",
+        )],
+        unit="short", w=5, instant=True, steps=thresholds(("green", 0), ("red", 1)),
+    ),
+    table(
+        "Workloads on this node",
+        "Every pod on the node (its pod cgroup): limit, usage, unreclaimable memory and "
+        "its share of the limit, headroom and time to the limit (lowest over the pod's "
+        "cgroups; empty: not growing). The pod name opens the pod dashboard.",
+        [
+            ("Limit", per_pod(c.MEMORY_LIMIT_BYTES), "bytes"),
+            ("Usage", per_pod(c.MEMORY_USAGE_BYTES), "bytes"),
+            ("Unreclaimable", per_pod(c.MEMORY_UNRECLAIMABLE_BYTES), "bytes"),
+            ("Unreclaimable / limit", rule_on_node("max", r.UNRECLAIMABLE_RATIO), "percentunit"),
+            ("Headroom", rule_on_node("min", r.HEADROOM), "bytes"),
+            ("Time to limit", rule_on_node("min", r.TIME_TO_LIMIT), "s"),
+            ("tmpfs used", per_pod(c.TMPFS_USED_BYTES, "sum"), "bytes"),
+        ],
+        labels=["namespace", "pod"],
+        sort_by="Unreclaimable / limit", descending=True,
+        links={"pod": TABLE_POD_LINK},
+        h=10,
+    ),
+    row("Memory"),
+    timeseries(
+        "Unreclaimable memory per pod",
+        "What the kernel cannot reclaim in each pod cgroup on the node, stacked: the "
+        "part of node memory page cache cannot give back.",
+        [(per_pod(c.MEMORY_UNRECLAIMABLE_BYTES), "{{namespace}}/{{pod}}")],
+        unit="bytes", stack=True, legend_table=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    timeseries(
+        "Memory by kind, all pods",
+        "Usage of all pod cgroups on the node by kind, least reclaimable at the bottom.",
+        [
+            (
+                f"sum(max by (namespace, pod, kind) "
+                f"({metric(c.MEMORY_BYTES, *POD, eq('kind', kind))}))",
+                kind,
+            )
+            for kind in c.MEMORY_KINDS
+        ],
+        unit="bytes", stack=True, legend_table=True, min_zero=True,
+    ),
+    timeseries(
+        "Headroom per pod",
+        "Limit minus unreclaimable memory per pod (lowest over its cgroups).",
+        [(rule_on_node("min", r.HEADROOM), "{{namespace}}/{{pod}}")],
+        unit="bytes", legend_table=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    timeseries(
+        "tmpfs used per pod",
+        "Bytes on the pods' tmpfs mounts (/dev/shm, memory emptyDir): shmem charged to "
+        "the pod, never reclaimed, kept across container restarts.",
+        [(f"sum by (namespace, pod, mount) ({metric(c.TMPFS_USED_BYTES, *ON_NODE)})",
+          "{{namespace}}/{{pod}} {{mount}}")],
+        unit="bytes", legend_table=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    row("GPUs"),
+    timeseries(
+        "GPU memory per GPU: used vs total",
+        "Used and total memory of each GPU (or MIG instance) on the node, from NVML.",
+        [
+            (f"max by (gpu) ({metric(c.GPU_MEMORY_USED_BYTES, *ON_NODE)})", "GPU {{gpu}} used"),
+            (f"max by (gpu) ({metric(c.GPU_MEMORY_TOTAL_BYTES, *ON_NODE)})",
+             "GPU {{gpu}} total"),
+        ],
+        unit="bytes", legend_table=True, overrides=[limit_style(".* total$")], min_zero=True,
+    ),
+    timeseries(
+        "GPU memory per workload",
+        "GPU memory each pod's processes use, per GPU (NVML per-process accounting).",
+        [(
+            f"sum by (namespace, pod, gpu) (max by {by(*W, 'process', 'gpu', 'uuid')} "
+            f"({metric(c.PROCESS_GPU_MEMORY_BYTES, *ON_NODE)}))",
+            "{{namespace}}/{{pod}} GPU {{gpu}}",
+        )],
+        unit="bytes", stack=True, legend_table=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    row("Pressure and OOM kills"),
+    timeseries(
+        "Memory pressure per pod (PSI some)",
+        "Share of time at least one task of the pod stalled on memory (PSI, cgroup v2).",
+        [(
+            f"max by (namespace, pod) (rate("
+            f"{metric(c.MEMORY_PRESSURE_SECONDS_TOTAL, *POD, eq('level', 'some'))}[{RATE}]))",
+            "{{namespace}}/{{pod}}",
+        )],
+        unit="percentunit", links=[SERIES_POD_LINK], min_zero=True,
+    ),
+    timeseries(
+        "OOM kills per pod",
+        "OOM kills per interval in the pods of this node (pod cgroups' memory.events).",
+        [(
+            f"sum by (namespace, pod) (increase("
+            f"{metric(c.MEMORY_EVENTS_TOTAL, *POD, eq('event', 'oom_kill'))}[{RATE}])) > 0",
+            "{{namespace}}/{{pod}}",
+        )],
+        unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
+    ),
+]
+
+dashboard = dashboard(
+    uid="headroom-node",
+    title="headroom / node",
+    description="Every workload headroom tracks on one node, its GPUs and the memory "
+    "its pods hold.",
+    variables=[node_var()],
+    panels=panels,
+)

