@@ -36,6 +36,7 @@ MAY_BE_EMPTY: dict[str, str] = {
     "GPU memory per process": _NO_GPU,
     "GPU memory per GPU: used vs total": _NO_GPU,
     "GPU memory per workload": _NO_GPU,
+    "GPUs": _NO_GPU,
     # kernel
     "Memory pressure (PSI stall time)": "cgroup v2 with PSI enabled (psi=1) only",
     "Memory pressure per pod (PSI some)": "cgroup v2 with PSI enabled (psi=1) only",

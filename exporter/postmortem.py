@@ -250,6 +250,8 @@ class PostMortem:
     _last: dict[str, int] = field(default_factory=dict)  # cgroup -> last oom_kill count
     _baselined: bool = False
     _pending: list[tuple[str, float]] = field(default_factory=list)  # kills to name
+    # kills published in the last 30 s: time, cgroup, victim source, pid
+    _recent: list[tuple[float, str, str, int | None]] = field(default_factory=list)
     _labels: dict[str, tuple[Workload, Workload]] = field(default_factory=dict)
     _processes: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
     _previous: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
@@ -309,11 +311,22 @@ class PostMortem:
                     continue
                 self._victims.remove((seen, v))
                 domain = self._domain_of(v.memcg)
-                if domain is not None:  # a tracked pod's, never seen on a counter
-                    kills.append(self._from_victim(domain, v, now))
+                if domain is None:
+                    continue
+                if any(pid == v.pid or ((d == domain or d.startswith(domain + "/"))
+                                          and src != "kmsg")
+                       for _, d, src, pid in self._recent):
+                    # The counter saw this kill first and it was named by a guess: the
+                    # log line is the same kill, not another.
+                    self._recent = [r for r in self._recent
+                                    if not (r[1] == domain or r[1].startswith(domain + "/"))]
+                    continue
+                kills.append(self._from_victim(domain, v, now))  # cgroup gone before read
             for k in kills:
                 key = (k.pod_workload, k.process)
                 self.counts[key] = self.counts.get(key, 0) + 1
+                self._recent.append((k.time, k.cgroup, k.victim_source, k.pid))
+            self._recent = [r for r in self._recent if now - r[0] < 30]
             self._baselined = True
         for k in kills:
             self._publish(k)
@@ -351,8 +364,13 @@ class PostMortem:
         for seen, v in reversed(self._victims):
             if now - seen < 30 and (v.memcg == domain or v.memcg.startswith(domain + "/")
                                     or (not v.memcg and v.pid in self._names(domain))):
-                self._victims.remove((seen, v))
+                # The kernel logs one kill on two lines (oom-kill: and Killed process):
+                # consume both.
+                for entry in [e for e in self._victims if e[1].pid == v.pid]:
+                    self._victims.remove(entry)
                 return self._from_victim(domain, v, now)
+        if not give_up and self.kmsg is not None and self.kmsg.available:
+            return None  # the kernel log names the victim within moments: wait for it
         names = self._names(domain)
         gone = [(rss, pid, name, path) for pid, (name, rss, path) in names.items()
                 if not self._alive(pid)]

@@ -17,6 +17,7 @@ from exporter import __version__
 from exporter import catalog as c
 from exporter.catalog import MetricSpec
 from exporter.join import Snapshot
+from exporter.model import Workload
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -103,7 +104,7 @@ def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list
                 proc_pss.append((f'{pw},kind="file"', g.pss.file))
                 proc_pss.append((f'{pw},kind="shmem"', g.pss.shmem))
     oom = f[c.OOM_KILLS_TOTAL.name]
-    for (workload, process), count in sorted(snapshot.oom_kills.items()):
+    for (workload, process), count in sorted(oom_kill_series(snapshot).items()):
         oom.add((*workload.labels(), process), count)
 
     out: list[Family] = list(f.values())
@@ -118,6 +119,21 @@ def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list
     build.add((__version__,), 1.0)
     out.extend([success, duration, build])
     return out
+
+
+def oom_kill_series(snapshot: Snapshot) -> dict[tuple[Workload, str], int]:
+    """The kills counted, plus a 0 for every process name now running in each pod: a
+    counter that appears at 1 hides its first increase from rate() and increase()."""
+    series: dict[tuple[Workload, str], int] = {}
+    pods = {ws.ref.pod_uid: ws.workload for ws in snapshot.workloads if ws.ref.is_pod_level}
+    for ws in snapshot.workloads:
+        owner = pods.get(ws.ref.pod_uid) if ws.ref.pod_uid else ws.workload
+        if owner is None:
+            continue
+        for g in ws.processes:
+            series[(owner, g.name)] = 0
+    series.update(snapshot.oom_kills)
+    return series
 
 
 def format_value(v: float) -> str:

@@ -82,6 +82,11 @@ MODEL = "tiny-model"
 START_TIMEOUT = 240.0
 EVENT_TIMEOUT = 30.0  # KV events are async: how long a count may take to show
 GiB = 1 << 30
+# Scrapes closer than this are not made: on cgroup v1 a kept-open cgroup.procs re-read
+# within 1 s of its previous read returns the kernel's cached pid list (the pidlist cache
+# lives CGROUP_PIDLIST_DESTROY_DELAY = 1 s after each read), so the exporter's procfs
+# collector, which keeps the file open, would not see processes started since.
+SCRAPE_GAP = 1.2
 
 
 def free_port() -> int:
@@ -182,6 +187,14 @@ class VllmInCgroup:
         if self.proc is not None and self.proc.poll() is not None:
             pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{log_tail(self.log)}")
 
+    def processes(self) -> dict[str, str]:
+        """pid -> comm of what the container cgroup holds now (for failure messages)."""
+        out = {}
+        for pid in self.procs_file.read_text().split():
+            with contextlib.suppress(OSError):
+                out[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        return out
+
     def kill(self) -> None:
         """SIGKILL the whole process group, then anything left in the container cgroup."""
         if self.proc is not None:
@@ -213,6 +226,7 @@ class Exporter:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     scrapes: int = 0
+    last_scrape: float = -1e9
 
     @property
     def url(self) -> str:
@@ -240,6 +254,11 @@ class Exporter:
     async def scrape(self, s: aiohttp.ClientSession) -> Scrape:
         if self.proc is not None and self.proc.poll() is not None:
             pytest.fail(f"headroom exited with {self.proc.returncode}:\n{log_tail(self.log)}")
+        # Scrapes at least SCRAPE_GAP apart, as Prometheus would (see SCRAPE_GAP)
+        wait = self.last_scrape + SCRAPE_GAP - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        self.last_scrape = time.monotonic()
         async with s.get(f"{self.url}/metrics", timeout=aiohttp.ClientTimeout(total=20)) as r:
             assert r.status == 200, await r.text()
             text = await r.text()
@@ -318,7 +337,6 @@ async def until(s: aiohttp.ClientSession, ex: Exporter, cond: Callable[[Scrape],
                 ("headroom_vllm_", "headroom_collector_success"))]
             pytest.fail(f"timed out after {timeout}s waiting for {what}; last vLLM series: "
                         f"{vllm_series}\n{log_tail(ex.log, 15)}")
-        await asyncio.sleep(0.5)
 
 
 async def complete(s: aiohttp.ClientSession, base: str, text: str) -> None:
@@ -399,7 +417,8 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
 
         names = processes(sc, w)
         worker = next((n for n in names if n == "Worker" or n.startswith("Worker_")), None)
-        assert {"APIServer", "EngineCore"} <= set(names) and worker, names
+        assert {"APIServer", "EngineCore"} <= set(names) and worker, (
+            names, sc.find(c.PROCESS_COUNT.name), v.processes())
         assert names["APIServer"] == names["EngineCore"] == names[worker] == 1.0, names
         rss = {}
         for proc in ("APIServer", "EngineCore", worker):
