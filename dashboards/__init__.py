@@ -61,9 +61,6 @@ MAY_BE_EMPTY: dict[str, str] = {
     ANNOTATION_PREFIX + "OOM kill (headroom watcher)": _NO_OOM,
     ANNOTATION_PREFIX + "Container restart (counters reset)": "only after a container "
     "restart whose counters were non-zero",
-    # exporter self-monitoring from series the exporter does not emit itself
-    "Exporter resident memory": "process_resident_memory_bytes: the exporter exposes "
-    "no process collector (yet)",
     # tmpfs
     "tmpfs used per pod": "only pods with a /dev/shm or memory emptyDir mount seen",
     "tmpfs mounts: used vs size": "only pods with a /dev/shm or memory emptyDir mount seen",

@@ -179,6 +179,17 @@ BUILD_INFO = MetricSpec(
     "Always 1; the version of the headroom exporter.",
 )
 
+# --- the exporter's own process (client_python's standard names, so existing dashboards
+# and the exporter-health dashboard read them without a headroom prefix) ----------------
+SELF_RESIDENT_MEMORY_BYTES = MetricSpec(
+    "process_resident_memory_bytes", "gauge", (), "Resident memory size in bytes.")
+SELF_CPU_SECONDS_TOTAL = MetricSpec(
+    "process_cpu_seconds_total", "counter", (), "Total user and system CPU time in seconds.")
+SELF_OPEN_FDS = MetricSpec("process_open_fds", "gauge", (), "Number of open file descriptors.")
+SELF_START_TIME_SECONDS = MetricSpec(
+    "process_start_time_seconds", "gauge", (),
+    "Start time of the process since unix epoch in seconds.")
+
 ALL: tuple[MetricSpec, ...] = tuple(
     v for v in globals().values() if isinstance(v, MetricSpec)
 )

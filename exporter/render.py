@@ -10,8 +10,10 @@ benchmarks/scrape_cost.py). The output is checked against client_python's parser
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from exporter import __version__
 from exporter import catalog as c
@@ -117,7 +119,33 @@ def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list
         duration.add((r.name,), r.duration_seconds)
     build = Family(c.BUILD_INFO)
     build.add((__version__,), 1.0)
-    out.extend([success, duration, build])
+    out.extend([success, duration, build, *self_process_families()])
+    return out
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def self_process_families() -> list[Family]:
+    """The exporter's own RSS, CPU, fds and start time (its memory must stay bounded)."""
+    try:
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in
+                    Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        fds = len(os.listdir("/proc/self/fd"))
+    except (OSError, StopIteration, IndexError):
+        return []
+    out = []
+    for spec, value in (
+        (c.SELF_RESIDENT_MEMORY_BYTES, int(stat[21]) * _PAGE),
+        (c.SELF_CPU_SECONDS_TOTAL, (int(stat[11]) + int(stat[12])) / _TICKS),
+        (c.SELF_OPEN_FDS, fds),
+        (c.SELF_START_TIME_SECONDS, boot + int(stat[19]) / _TICKS),
+    ):
+        fam = Family(spec)
+        fam.add((), value)
+        out.append(fam)
     return out
 
 
