@@ -104,6 +104,18 @@ panels = [
     ),
     row("Memory"),
     timeseries(
+        "Node memory: pods against what the node has",
+        "The node's memory and what it could still give (MemAvailable), against the usage "
+        "and the unreclaimable part of all pod cgroups on it.",
+        [
+            (metric(c.NODE_MEMORY_TOTAL_BYTES, *ON_NODE), "node total"),
+            (metric(c.NODE_MEMORY_AVAILABLE_BYTES, *ON_NODE), "node available"),
+            (f"sum({metric(c.MEMORY_USAGE_BYTES, *POD)})", "pods: usage"),
+            (f"sum({metric(c.MEMORY_UNRECLAIMABLE_BYTES, *POD)})", "pods: unreclaimable"),
+        ],
+        unit="bytes", legend_table=True, overrides=[limit_style("node total")], min_zero=True,
+    ),
+    timeseries(
         "Unreclaimable memory per pod",
         "What the kernel cannot reclaim in each pod cgroup on the node, stacked: the "
         "part of node memory page cache cannot give back.",
@@ -171,11 +183,13 @@ panels = [
     ),
     timeseries(
         "OOM kills per pod",
-        "OOM kills per interval in the pods of this node (pod cgroups' memory.events).",
+        "OOM kills per interval in the pods of this node, counted by headroom's OOM "
+        "watcher (the same on cgroup v1, which counts kills only in the victim's own "
+        "container cgroup, and v2).",
         [(
-            f"sum by (namespace, pod) (increase("
-            f"{metric(c.MEMORY_EVENTS_TOTAL, *POD, eq('event', 'oom_kill'))}[{RATE}])) > 0",
-            "{{namespace}}/{{pod}}",
+            f"sum by (namespace, pod, process) (increase("
+            f"{metric(c.OOM_KILLS_TOTAL, *ON_NODE)}[{RATE}])) > 0",
+            "{{namespace}}/{{pod}} {{process}}",
         )],
         unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
     ),

@@ -94,6 +94,15 @@ TMPFS_SIZE_BYTES = MetricSpec(
     "Size of a tmpfs mount of the pod (its sizeLimit, or the tmpfs default).",
 )
 
+NODE_MEMORY_TOTAL_BYTES = MetricSpec(
+    "headroom_node_memory_total_bytes", "gauge", (),
+    "Memory of the node (MemTotal of /proc/meminfo).",
+)
+NODE_MEMORY_AVAILABLE_BYTES = MetricSpec(
+    "headroom_node_memory_available_bytes", "gauge", (),
+    "Memory the node could still give without swapping (MemAvailable of /proc/meminfo).",
+)
+
 # --- processes ---------------------------------------------------------------------
 PROCESS_MEMORY_BYTES = MetricSpec(
     "headroom_process_memory_bytes", "gauge", (*W, "process", "kind"),

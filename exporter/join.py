@@ -37,6 +37,7 @@ class Snapshot:
     workloads: tuple[WorkloadSnapshot, ...]
     collectors: tuple[CollectorResult, ...]
     oom_kills: Mapping[tuple[Workload, str], int] = field(default_factory=dict)
+    node_memory: tuple[int, int] | None = None  # MemTotal, MemAvailable
     extra: Mapping[str, object] = field(default_factory=dict)  # GPU and vLLM sections
 
 

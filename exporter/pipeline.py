@@ -121,6 +121,7 @@ class Pipeline:
         self._host_scan_at = -1e18
         self._host_vllm: dict[str, list[int]] = {}
         self._cgroup_files = OpenFiles()
+        self._node_memory: tuple[int, int] | None = None
         self.extensions: list[Extension] = []
 
     # --- setup -------------------------------------------------------------------------
@@ -267,6 +268,8 @@ class Pipeline:
             tmpfs_result.mounts if tmpfs_result else {},
             results,
         )
+        if got.get("cgroup") is not None:
+            snapshot = replace(snapshot, node_memory=self._node_memory)
         if self.extensions:
             inputs = ScrapeInputs(snapshot, procfs_result,
                                   {ws.ref.path: ws.workload for ws in snapshot.workloads})
@@ -345,7 +348,9 @@ class Pipeline:
 
     def _read_cgroups(self, refs: Sequence[CgroupRef]) -> dict[str, CgroupMemory]:
         h = self.hierarchy()
-        node_memory = node_memory_bytes(self.paths.proc("meminfo").read_text())
+        meminfo = self.paths.proc("meminfo").read_text()
+        node_memory = node_memory_bytes(meminfo)
+        self._node_memory = (node_memory, node_memory_bytes(meminfo, "MemAvailable"))
         out: dict[str, CgroupMemory] = {}
         errors: list[str] = []
         read = self._cgroup_files.read_text

@@ -110,6 +110,11 @@ def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list
         oom.add((*workload.labels(), process), count)
 
     out: list[Family] = list(f.values())
+    if snapshot.node_memory is not None:
+        total, available = Family(c.NODE_MEMORY_TOTAL_BYTES), Family(c.NODE_MEMORY_AVAILABLE_BYTES)
+        total.add((), snapshot.node_memory[0])
+        available.add((), snapshot.node_memory[1])
+        out.extend([total, available])
     for section in sections:
         out.extend(section(snapshot))
     success = Family(c.COLLECTOR_SUCCESS)

@@ -278,8 +278,8 @@ def read_lifetime_peak(
         return None
 
 
-def node_memory_bytes(meminfo: str) -> int:
+def node_memory_bytes(meminfo: str, key: str = "MemTotal") -> int:
     for line in meminfo.splitlines():
-        if line.startswith("MemTotal:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
-    raise ValueError("no MemTotal in meminfo")
+    raise ValueError(f"no {key} in meminfo")
