@@ -206,24 +206,8 @@ class Pipeline:
             guard.running = False
 
         future.add_done_callback(done)
-        try:
-            value = await asyncio.wait_for(asyncio.shield(future),
-                                           self.config.collector_timeout)
-        except asyncio.TimeoutError:
-            self._fail(name, guard, f"timed out after {self.config.collector_timeout:g}s",
-                       start, results)
-            return None
-        except PartialFailure as exc:
-            self._fail(name, guard, str(exc), start, results)
-            return exc.data  # type: ignore[return-value]
-        except Exception as exc:
-            self._fail(name, guard, f"{type(exc).__name__}: {exc}", start, results)
-            return None
-        if guard.last_error:
-            log.info("collector %s recovered", name)
-            guard.last_error = ""
-        results.append(CollectorResult(name, True, time.perf_counter() - start))
-        return value
+        # Shielded: on a time-out the thread cannot be stopped; the guard waits for it.
+        return await self._run_async(name, asyncio.shield(future), results, start)
 
     def _fail(self, name: str, guard: _Guard, error: str, start: float,
               results: list[CollectorResult]) -> None:
@@ -296,10 +280,11 @@ class Pipeline:
         return replace(snapshot, oom_kills=dict(pm.counts))
 
     async def _run_async(self, name: str, coro: Awaitable[T],
-                         results: list[CollectorResult]) -> T | None:
-        """An async source (network reads): a time limit, and the same failure rules."""
+                         results: list[CollectorResult], start: float | None = None) -> T | None:
+        """Await a source with a time limit: a failure, time-out or partial result is
+        recorded (and logged once per distinct error), never raised."""
         guard = self._guards.setdefault(name, _Guard())
-        start = time.perf_counter()
+        start = time.perf_counter() if start is None else start
         try:
             value = await asyncio.wait_for(coro, self.config.collector_timeout)
         except asyncio.TimeoutError:
