@@ -261,6 +261,11 @@ class VllmExtension:
         for i, r in enumerate(results):
             t = r.target
             if r.stats is None:
+                if t.url in set(hub.keys()):
+                    # Down (or restarting at the same address): the blocks it held are
+                    # gone with it; follow the new engine from scratch once it is back.
+                    hub.ensure(t.url, ())
+                    self._kv_asked.pop(t.url, None)
                 continue
             if t.url not in set(hub.keys()) and now - self._kv_asked.get(t.url, -1e9) >= (
                 KV_SOURCES_RETRY

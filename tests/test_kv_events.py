@@ -113,7 +113,7 @@ def test_set_semantics() -> None:
     t.apply(3, batch(stored(H[10:12], medium="CPU"), stored(H[10:12], group=1)))
     assert blocks(t) == {("0", "gpu"): 5, ("0", "cpu"): 2}  # groups summed per medium
     t.apply(4, batch(CLEARED))
-    assert blocks(t) == {}
+    assert blocks(t) == {("0", "gpu"): 0, ("0", "cpu"): 0}  # read 0, not absent
 
 
 def test_engine_from_dp_rank_else_default() -> None:
@@ -310,7 +310,7 @@ async def test_subscriber_history_live_gap_and_garbage(ctx: zmq.asyncio.Context)
             await vllm.publish(seq + 3, batch(CLEARED))
             await until(lambda: sub.tracker.last_seq == seq + 3)
             assert sub.tracker.stats.garbage == 2
-            assert sub.prefix_cache_blocks() == {}
+            assert sub.prefix_cache_blocks() == {("0", "gpu"): 0}
             # an engine restart: the sequence starts over
             vllm.buffer = []
             await vllm.publish(0, batch(stored(H[50:53])))

@@ -21,6 +21,9 @@ What must hold (with the figures printed at the end, ``-s``):
   ``headroom_vllm_up`` is 0 and ``headroom_collector_success{collector="vllm"}`` is 0
   while the exporter keeps serving; once up, nothing of the old engine remains and the
   count starts over from 0.
+
+Contract checks that need not stop the scenario (``check``) are gathered and fail the test
+at the end, after every figure has been printed.
 """
 
 from __future__ import annotations
@@ -393,6 +396,7 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
         if not ok:
             problems.append(what)
             print(f"CONTRACT PROBLEM: {what}")
+
     async with aiohttp.ClientSession() as s:
         await ex.wait_ready(s)
 

@@ -323,9 +323,12 @@ class KvBlockTracker:
         engine = str(batch.dp_rank) if batch.dp_rank is not None else self.default_engine
         for ev in batch.events:
             if isinstance(ev, AllBlocksCleared):
-                # vLLM sends it when the prefix cache is reset; it names no medium
+                # vLLM sends it when the prefix cache is reset; it names no medium. The
+                # sets are emptied, not dropped: the count reads 0 (absent would mean
+                # that events are off, and a vanished series freezes dashboards).
                 for key in [k for k in self._blocks if k[0] == engine]:
-                    self._total -= len(self._blocks.pop(key))
+                    self._total -= len(self._blocks[key])
+                    self._blocks[key].clear()
             elif isinstance(ev, BlockStored):
                 self._store(self._blocks.setdefault((engine, ev.medium, ev.group), set()), ev)
             else:

@@ -178,11 +178,13 @@ class ProcfsCollector:
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
         self._hidden = 0
         self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
-        self._files = OpenFiles()  # status and cgroup.procs stay open between scrapes
+        self._files = OpenFiles()  # /proc/PID/status stays open between scrapes
 
     def pids(self, ref: CgroupRef) -> list[int]:
         try:
-            text = self._files.read_text(self._hierarchy.file(ref.path, "cgroup.procs"))
+            # Opened afresh: on cgroup v1 a kept-open cgroup.procs re-read within about a
+            # second returns the kernel's cached pid list (stale pids, new ones missing).
+            text = read_text(self._hierarchy.file(ref.path, "cgroup.procs"))
         except FileNotFoundError:
             return []  # the container exited
         # The kernel lists processes outside the reader's pid namespace as 0.
