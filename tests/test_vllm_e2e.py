@@ -85,13 +85,10 @@ MODEL = "tiny-model"
 START_TIMEOUT = 240.0
 EVENT_TIMEOUT = 30.0  # KV events are async: how long a count may take to show
 GiB = 1 << 30
-# Scrapes closer than this are not made. On cgroup v1, a cgroup.procs kept open and re-read
-# returns the kernel's cached pid list (the last one loaded by any reader) as long as it is
-# re-read within CGROUP_PIDLIST_DESTROY_DELAY (1 s) of its previous use: the exporter's
-# procfs collector keeps the file open, so scrapes under 1 s apart miss new processes (an
-# exporter bug; Prometheus scrapes 15 s apart are not affected). Seen stuck for 45 s at
-# 1.2 s here under load: 2 s leaves a margin.
-SCRAPE_GAP = 2.0
+# Scrapes closer than this are not made. Short on purpose: on cgroup v1 a cgroup.procs kept
+# open and re-read within a second returns the kernel's cached pid list, which this test
+# caught in the exporter (it now opens cgroup.procs afresh); fast scrapes keep it caught.
+SCRAPE_GAP = 0.5
 
 
 def free_port() -> int:
