@@ -118,13 +118,16 @@ class KmsgReader:
 @dataclass
 class _Track:
     usage: deque[tuple[float, int]]
-    scrapes: deque[dict[str, Any]]
+    scrapes: deque[tuple[float, str]]  # (time, compact JSON): a few hundred bytes each
 
 
 class FlightRecorder:
-    """Bounded history per cgroup path. Thread-safe (sampler thread and event loop)."""
+    """Bounded history per cgroup path. Thread-safe (sampler thread and event loop).
 
-    def __init__(self, window: float, scrape_slots: int = 240,
+    Memory: per cgroup, ``window`` seconds of (time, usage) pairs and at most
+    ``scrape_slots`` scrapes of the last ``window``, each kept as compact JSON."""
+
+    def __init__(self, window: float, scrape_slots: int = 120,
                  clock: Callable[[], float] = time.time) -> None:
         self.window = window
         self._clock = clock
@@ -182,7 +185,10 @@ class FlightRecorder:
                 }
                 if ws.workload in kv:
                     entry["vllm"] = kv[ws.workload]
-                self._track(ws.ref.path).scrapes.append(entry)
+                scrapes = self._track(ws.ref.path).scrapes
+                while scrapes and scrapes[0][0] < now - self.window:
+                    scrapes.popleft()
+                scrapes.append((now, json.dumps(entry, separators=(",", ":"))))
             cutoff = now - self.window
             for path in [p for p, t in self._tracks.items() if p not in live and (
                     not t.usage or t.usage[-1][0] < cutoff)]:
@@ -196,7 +202,7 @@ class FlightRecorder:
                 return {"usage": [], "scrapes": []}
             return {
                 "usage": [[ts, v] for ts, v in t.usage if ts >= cutoff],
-                "scrapes": [s for s in t.scrapes if s["time"] >= cutoff],
+                "scrapes": [json.loads(s) for ts, s in t.scrapes if ts >= cutoff],
             }
 
     def __len__(self) -> int:
