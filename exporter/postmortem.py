@@ -135,6 +135,10 @@ class FlightRecorder:
         self._tracks: dict[str, _Track] = {}
         self._usage_slots = int(window) + 1  # one per second
         self._scrape_slots = scrape_slots
+        # Scrapes closer than this are not kept: 60 per window is plenty for a post-mortem,
+        # and it bounds memory and CPU whatever the scrape rate.
+        self.scrape_spacing = window / 60
+        self._last_scrape = -1e18
 
     def _track(self, path: str) -> _Track:
         t = self._tracks.get(path)
@@ -157,6 +161,9 @@ class FlightRecorder:
 
     def record_scrape(self, snapshot: Snapshot, top: int = 5) -> None:
         now = self._clock()
+        if now - self._last_scrape < self.scrape_spacing:
+            return
+        self._last_scrape = now
         vllm = snapshot.extra.get("vllm")
         kv: dict[Workload, list[dict[str, Any]]] = {}
         for r in vllm if isinstance(vllm, list) else []:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,13 +133,25 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+_fd_count: list[float] = [0.0, -1e18]  # count, when counted
+
+
+def _open_fds() -> int:
+    # Listing /proc/self/fd costs milliseconds with the ~1,000 kernel files the collectors
+    # keep open: count at most every 10 s.
+    now = time.monotonic()
+    if now - _fd_count[1] > 10:
+        _fd_count[:] = [len(os.listdir("/proc/self/fd")), now]
+    return int(_fd_count[0])
+
+
 def self_process_families() -> list[Family]:
     """The exporter's own RSS, CPU, fds and start time (its memory must stay bounded)."""
     try:
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         boot = next(float(line.split()[1]) for line in
                     Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
-        fds = len(os.listdir("/proc/self/fd"))
+        fds = _open_fds()
     except (OSError, StopIteration, IndexError):
         return []
     out = []

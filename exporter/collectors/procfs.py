@@ -73,18 +73,20 @@ def _kb_after(text: str, key: str) -> int | None:
 
 def parse_status(text: str) -> tuple[str, int, int, int, int] | None:
     """(Name, rss_anon, rss_file, rss_shmem, swap) in bytes; None for a zombie or kernel
-    thread (no Rss lines). Runs for every process on every scrape, hence plain finds."""
-    anon = _kb_after(text, "\nRssAnon:")
-    if anon is None:
+    thread (no Rss lines). Runs for every process on every scrape, hence plain finds: the
+    three Rss lines have been adjacent since Linux 4.5, split as one slice."""
+    i = text.find("\nRssAnon:")
+    if i < 0:
         return None
     name = text[6: text.find("\n")] if text.startswith("Name:\t") else ""
-    return (
-        name,
-        anon,
-        _kb_after(text, "\nRssFile:") or 0,
-        _kb_after(text, "\nRssShmem:") or 0,
-        _kb_after(text, "\nVmSwap:") or 0,
-    )
+    f = text[i: i + 160].split()
+    if len(f) >= 8 and f[3] == "RssFile:" and f[6] == "RssShmem:":
+        anon, file, shmem = int(f[1]) * 1024, int(f[4]) * 1024, int(f[7]) * 1024
+    else:  # another layout: look each one up
+        anon = _kb_after(text, "\nRssAnon:") or 0
+        file = _kb_after(text, "\nRssFile:") or 0
+        shmem = _kb_after(text, "\nRssShmem:") or 0
+    return name, anon, file, shmem, _kb_after(text, "\nVmSwap:") or 0
 
 
 def parse_smaps_rollup(text: str) -> ProcessPss:
