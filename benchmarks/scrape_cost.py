@@ -142,6 +142,13 @@ def main() -> None:
           f"{p99 * 1000:.1f} ms over {args.scrapes} scrapes")
     print(f"exporter RSS / high water  {now_rss / 2**20:.1f} MiB / {hwm / 2**20:.1f} MiB")
     print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core")
+    durations = {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1]) * 1000
+        for line in body.decode().splitlines()
+        if line.startswith("headroom_collector_duration_seconds{")
+    }
+    print("last scrape, wall ms       " + ", ".join(
+        f"{k} {v:.1f}" for k, v in sorted(durations.items())))
 
 
 if __name__ == "__main__":
