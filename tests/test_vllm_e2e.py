@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,9 +47,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import dashboards
 from exporter import catalog as c
 from exporter.extensions import pod_ip_from_fib_trie
 from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+from tests.test_dashboards import substitute_var
+from tests.test_e2e_alerting import query_range
 
 sys.path.insert(0, str(Path(__file__).parent))
 from vllm_model import WORDS
@@ -89,6 +93,13 @@ GiB = 1 << 30
 # open and re-read within a second returns the kernel's cached pid list, which this test
 # caught in the exporter (it now opens cgroup.procs afresh); fast scrapes keep it caught.
 SCRAPE_GAP = 0.5
+# The dashboards' panels that need a vLLM (and KV events): this run must give them data.
+# "CPU KV-offload tier against the memory left" needs an offload tier: not configured here.
+VLLM_PANELS = {
+    "KV cache blocks in use vs capacity", "Prefix-cache entries vs capacity",
+    "Requests: running and waiting", "Preemptions", "vLLM /metrics read",
+    "vLLM /metrics scrape success",
+}
 
 
 def free_port() -> int:
@@ -292,6 +303,7 @@ class Setup:
     vllm: VllmInCgroup
     exporter: Exporter
     report: dict[str, Any] = field(default_factory=dict)
+    prometheus: str | None = None  # a real Prometheus scraping the exporter, when installed
 
     @property
     def w(self) -> dict[str, str]:
@@ -313,11 +325,27 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
         exporter = Exporter(tree, free_port(), tmp_path / "headroom.log")
         st = Setup(tree, uid, cid, vllm, exporter)
         st.report["model_build_s"] = round(time.monotonic() - started, 1)
+        prom: subprocess.Popen[bytes] | None = None
         try:
             exporter.start()
+            if shutil.which("prometheus"):
+                port = free_port()
+                (tmp_path / "prometheus.yml").write_text(
+                    "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
+                    f"  - targets: ['127.0.0.1:{exporter.port}']\n")
+                prom = subprocess.Popen(
+                    ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                     f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                     f"--web.listen-address=127.0.0.1:{port}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                st.prometheus = f"http://127.0.0.1:{port}"
             yield st
         finally:
             vllm.kill()
+            if prom is not None:
+                prom.terminate()
+                prom.wait(10)
             exporter.stop()
             print("\n--- headroom log (tail) ---\n" + log_tail(exporter.log, 25))
             # tree.cleanup() (kube_tree's exit) kills stragglers and removes the cgroups
@@ -517,6 +545,21 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
 
     rep["exporter_scrapes"] = ex.scrapes
     rep["test_s"] = round(time.monotonic() - t0, 1)
+    if st.prometheus is not None:
+        # The dashboards' vLLM panels over this run, from a Prometheus that scraped it.
+        end = time.time()
+        start = end - rep["test_s"] - 5
+        empty = []
+        titles = {t for _, t, _ in dashboards.queries() if t in VLLM_PANELS}
+        has = dict.fromkeys(titles, False)
+        for _, title, expr in dashboards.queries():
+            if title in titles:
+                body = query_range(st.prometheus, substitute_var(expr), start, end)
+                assert body["status"] == "success", (title, body)
+                has[title] = has[title] or bool(body["data"]["result"])
+        empty = sorted(t for t, ok in has.items() if not ok)
+        rep["vllm_panels_with_data"] = f"{sum(has.values())} of {len(has)}"
+        check(not empty, f"dashboard panels without data over a real vLLM run: {empty}")
     print("\nheadroom end to end over a real vLLM:")
     for k, val in rep.items():
         print(f"  {k}: {val}")
