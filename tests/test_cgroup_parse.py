@@ -173,3 +173,14 @@ def test_parse_pressure_ignores_blank_lines() -> None:
     assert parse_pressure("\nsome avg10=0.00 avg60=0.00 avg300=0.00 total=7\n") == {
         "some": 7e-6
     }
+
+
+def test_parse_stat_reads_what_parse_flat_keyed_reads() -> None:
+    from exporter.collectors.cgroup import parse_flat_keyed, parse_stat
+
+    for text, version in ((V1_STAT, 1), (V2_STAT, 2)):
+        full = parse_flat_keyed(text)
+        picked = parse_stat(text, version)  # type: ignore[arg-type]
+        assert picked and all(full[k] == v for k, v in picked.items())
+    # a key that is a prefix of another must not match it
+    assert parse_stat("anon_thp 5\nanon 7\n", 2) == {"anon": 7}
