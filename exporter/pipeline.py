@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from exporter.collectors.cgroup import CgroupGone, node_memory_bytes, read_cgroup
@@ -66,7 +66,6 @@ class _Guard:
 class Discovery:
     refs: tuple[CgroupRef, ...]
     kubepods: str | None
-    vllm_pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # cgroup -> pids
 
 
 def kill_domains(refs: Sequence[CgroupRef], version: int) -> list[str]:
@@ -325,11 +324,7 @@ class Pipeline:
             if kubepods is None or not (cg + "/").startswith(kubepods + "/")
         ]
         refs.extend(tracked_refs([*self.config.track, *outside]))
-        return Discovery(
-            refs=tuple(dedupe(refs)),
-            kubepods=kubepods,
-            vllm_pids={k: tuple(v) for k, v in self._host_vllm.items()},
-        )
+        return Discovery(refs=tuple(dedupe(refs)), kubepods=kubepods)
 
     def _read_cgroups(self, refs: Sequence[CgroupRef]) -> dict[str, CgroupMemory]:
         h = self.hierarchy()

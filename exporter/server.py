@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-from collections.abc import Sequence
 
 from aiohttp import web
 
 from exporter import __version__
 from exporter.pipeline import Pipeline
-from exporter.render import SectionRenderer, encode, render
+from exporter.render import encode, render
 
 log = logging.getLogger(__name__)
 
 PIPELINE_KEY = web.AppKey("pipeline", Pipeline)
-SECTIONS_KEY: web.AppKey[Sequence[SectionRenderer]] = web.AppKey("sections")
 
 LANDING = """<!doctype html>
 <html><head><title>headroom exporter</title></head>
@@ -37,7 +35,7 @@ can be seen coming.</p>
 
 async def metrics(request: web.Request) -> web.Response:
     pipeline = request.app[PIPELINE_KEY]
-    sections: Sequence[SectionRenderer] = [*pipeline.sections(), *request.app[SECTIONS_KEY]]
+    sections = pipeline.sections()
     snapshot = await pipeline.snapshot()
     accept = request.headers.get("Accept")
     # Rendering a large node is CPU work: keep it off the event loop too.
@@ -76,10 +74,9 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/html")
 
 
-def make_app(pipeline: Pipeline, sections: Sequence[SectionRenderer] = ()) -> web.Application:
+def make_app(pipeline: Pipeline) -> web.Application:
     app = web.Application()
     app[PIPELINE_KEY] = pipeline
-    app[SECTIONS_KEY] = list(sections)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/debug/oom/", oom_index)

@@ -55,7 +55,7 @@ from tests.test_dashboards import substitute_var
 from tests.test_e2e_alerting import query_range
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_model import WORDS
+from vllm_model import WORDS, kv_events_config, server_env
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
@@ -163,15 +163,8 @@ class VllmInCgroup:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
-        env = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_SERVER_DEV_MODE": "1",  # for POST /reset_prefix_cache
-        }
-        kv = (f'{{"enable_kv_cache_events": true, "publisher": "zmq", '
-              f'"endpoint": "tcp://*:{self.kv_port}", '
-              f'"replay_endpoint": "tcp://*:{self.replay_port}"}}')
+        env = server_env(dict(os.environ))
+        kv = kv_events_config(self.kv_port, self.replay_port)
         cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(self.model), "--served-model-name", MODEL,
                "--host", "0.0.0.0", "--port", str(self.port),

@@ -31,7 +31,7 @@ from exporter.collectors.kv_events import KvBlockTracker, KvEventSubscriber
 from exporter.collectors.vllm import GPU, fetch_kv_event_sources, fetch_text, scrape_vllm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_model import WORDS
+from vllm_model import WORDS, kv_events_config, server_env
 
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
 pytestmark = [
@@ -68,15 +68,8 @@ class Vllm:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        env = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_SERVER_DEV_MODE": "1",  # for POST /reset_prefix_cache
-        }
-        kv = (f'{{"enable_kv_cache_events": true, "publisher": "zmq", '
-              f'"endpoint": "tcp://*:{self.kv_port}", '
-              f'"replay_endpoint": "tcp://*:{self.replay_port}"}}')
+        env = server_env(dict(os.environ))
+        kv = kv_events_config(self.kv_port, self.replay_port)
         cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(self.model), "--served-model-name", "tiny-model",
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "256",

@@ -32,6 +32,22 @@ CHAT_TEMPLATE = (
 )
 
 
+def server_env(base: dict[str, str]) -> dict[str, str]:
+    """Environment of a vLLM CPU server in the tests (see shared/notes/this-machine.md)."""
+    return {
+        **base,
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_SERVER_DEV_MODE": "1",  # for POST /reset_prefix_cache
+    }
+
+
+def kv_events_config(kv_port: int, replay_port: int) -> str:
+    """--kv-events-config binding both endpoints (tcp://*: binds; a host: connects out)."""
+    return (f'{{"enable_kv_cache_events": true, "publisher": "zmq", '
+            f'"endpoint": "tcp://*:{kv_port}", "replay_endpoint": "tcp://*:{replay_port}"}}')
+
+
 def _corpus(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(n)]
