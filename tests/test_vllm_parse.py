@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from exporter.collectors.procfs import split_cmdline
 from exporter.collectors.vllm import (
     CPU,
     GPU,
@@ -30,7 +31,6 @@ from exporter.collectors.vllm import (
     parse_kv_event_sources,
     parse_vllm_metrics,
     scrape_vllm,
-    split_cmdline,
     stats_to_json,
 )
 

@@ -23,12 +23,15 @@ from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
 
 VLLM_TITLE_PREFIX = "VLLM::"
-_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
-_INTERPRETERS = ("python", "python3", "pypy", "pypy3", "uv", "uvx")
+_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
 
 def split_cmdline(raw: bytes) -> list[str]:
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    """/proc/PID/cmdline -> argv (a retitled process is one padded title: split on space)."""
+    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+    if len(parts) == 1 and " " in parts[0]:
+        return parts[0].split()
+    return parts
 
 
 def process_name(argv: Sequence[str], comm: str) -> str:
@@ -46,16 +49,18 @@ def process_name(argv: Sequence[str], comm: str) -> str:
 
 
 def is_vllm_api_server(argv: Sequence[str]) -> bool:
-    """``vllm serve ...`` (as a script or via an interpreter) or the api_server module."""
-    args = list(argv)
-    base = [os.path.basename(a) for a in args[:4]]
-    for i, name in enumerate(base):
-        if name == "vllm" and i + 1 < len(args) and args[i + 1] == "serve":
+    """``vllm serve ...`` (a script, via an interpreter or behind an init like tini), or
+    ``python -m`` one of the API server modules. The one test, shared by process naming
+    and the vLLM collector's endpoint discovery."""
+    for i, arg in enumerate(argv):
+        base = arg.rsplit("/", 1)[-1]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if base == "vllm" and nxt == "serve":
             return True
-    if base and base[0].startswith(_INTERPRETERS):
-        for i, a in enumerate(args[:-1]):
-            if a == "-m" and args[i + 1] in _API_SERVER_MODULES:
-                return "serve" in args or args[i + 1].endswith("api_server")
+        if arg == "-m" and nxt in _API_SERVER_MODULES:
+            return True
+        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and "serve" in argv[i + 2:]:
+            return True
     return False
 
 

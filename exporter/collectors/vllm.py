@@ -49,6 +49,9 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+# One command-line test for both process naming and endpoint discovery (re-exported).
+from exporter.collectors.procfs import is_vllm_api_server
+
 GPU = "gpu"
 CPU = "cpu"
 DEFAULT_PORT = 8000
@@ -408,23 +411,6 @@ def _port(raw: str | None) -> int | None:
     return port if 0 < port < 65536 else None
 
 
-_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
-
-
-def is_vllm_api_server(argv: Sequence[str]) -> bool:
-    """``vllm serve ...`` or ``python -m vllm.entrypoints.openai.api_server ...``."""
-    for i, arg in enumerate(argv):
-        base = arg.rsplit("/", 1)[-1]
-        nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if base == "vllm" and nxt == "serve":
-            return True
-        if arg == "-m" and nxt in _API_SERVER_MODULES:
-            return True
-        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and "serve" in argv[i + 2 :]:
-            return True
-    return False
-
-
 def port_from_argv(argv: Sequence[str]) -> int | None:
     return _port(_flag(argv, "--port"))
 
@@ -587,11 +573,3 @@ async def fetch_kv_event_sources(
     except json.JSONDecodeError as exc:
         raise VllmParseError(f"/kv_event_sources: not JSON: {exc}") from exc
     return parse_kv_event_sources(body, host)
-
-
-def split_cmdline(raw: bytes) -> list[str]:
-    """/proc/PID/cmdline -> argv (a retitled process is one padded title: split on space)."""
-    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-    if len(parts) == 1 and " " in parts[0]:
-        return parts[0].split()
-    return parts
