@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import generate, promtool_tests, rules, scenarios, sidebyside
-from alerts.config import DAY, DEFAULT, HOUR, Config, promql_duration
-from exporter import catalog
+from alerts import generate
+from alerts.tests import promtool_tests, scenarios, sidebyside
+from exporter import catalog, promql
+from exporter.promql import CONFIG as DEFAULT
+from exporter.promql import DAY, HOUR, Config
+from exporter.promql import duration as promql_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
@@ -28,8 +31,36 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_generated_files_are_fresh() -> None:
-    stale = generate.stale(ROOT, generate.artifacts())
-    assert not stale, f"run `python -m alerts.generate`: stale {stale}"
+    stale = [rel for rel, text in generate.artifacts().items()
+             if not (ROOT / rel).exists() or (ROOT / rel).read_text() != text]
+    assert not stale, f"run `headroom generate`: stale {stale}"
+
+
+def _exprs(text: str) -> list[tuple[str, str]]:
+    doc = yaml.safe_load(text)
+    return [(r.get("record") or r["alert"], r["expr"])
+            for g in doc["groups"] for r in g["rules"]]
+
+
+@pytest.mark.parametrize("factor", [1, 360, 720])
+def test_every_generated_expression_parses(factor: int) -> None:
+    """A PromQL parser (promql-parser, the Rust one) reads every expression, so a
+    broken template fails here, without promtool."""
+    promql_parser = pytest.importorskip("promql_parser")
+    cfg = DEFAULT if factor == 1 else DEFAULT.scaled(factor)
+    exprs = _exprs(generate.rules_yaml(cfg))
+    assert len(exprs) == len(promql.RECORDING_RULES) + len(promql.ALERT_NAMES) + 1
+    for name, text in exprs:
+        try:
+            promql_parser.parse(text)
+        except ValueError as exc:  # the parser's error names the position
+            raise AssertionError(f"{name}: {exc}\n{text}") from exc
+
+
+def test_the_parser_test_can_fail() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    with pytest.raises(ValueError):
+        promql_parser.parse(promql.expr("max by ${g} (x", g="(a)"))
 
 
 @needs_promtool
@@ -62,10 +93,10 @@ def test_promtool_test_rules(path: Path) -> None:
 def test_every_alert_is_tested_and_has_a_runbook() -> None:
     text = (ALERTS / "headroom.rules.yaml").read_text()
     names = re.findall(r"^  - alert: (\w+)$", text, flags=re.M)
-    assert sorted(set(names)) == sorted(rules.ALERT_NAMES)
+    assert sorted(set(names)) == sorted(promql.ALERT_NAMES)
     assert names.count("HeadroomMemoryFillingUp") == 2
     unit = "".join(p.read_text() for p in TEST_FILES if p.name.startswith("unit"))
-    for name in rules.ALERT_NAMES:
+    for name in promql.ALERT_NAMES:
         assert f'alertname="{name}"' in unit, f"no unit test for {name}"
         page = ALERTS / "runbooks" / f"{name}.md"
         assert page.exists(), page
@@ -99,8 +130,8 @@ def test_raw_series_are_selected_by_the_config_selector() -> None:
 
 def test_recording_rule_names_constant_matches_the_file() -> None:
     text = (ALERTS / "headroom.rules.yaml").read_text()
-    assert tuple(re.findall(r"^  - record: (\S+)$", text, flags=re.M)) == rules.RECORDING_RULES
-    assert all(n.startswith("headroom:") and n.count(":") == 2 for n in rules.RECORDING_RULES)
+    assert tuple(re.findall(r"^  - record: (\S+)$", text, flags=re.M)) == promql.RECORDING_RULES
+    assert all(n.startswith("headroom:") and n.count(":") == 2 for n in promql.RECORDING_RULES)
 
 
 def test_config_validation_and_durations() -> None:

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alerts import yamlout
+from alerts.generate import rules_yaml
 from exporter import catalog as c
+from exporter.promql import CONFIG as DEFAULT
+from exporter.promql import MINUTE, Config
 
 from . import promtool_tests as pt
 from . import scenarios as sc
-from . import yamlout
-from .config import DEFAULT, MINUTE, Config
-from .generate import rules_yaml
 
 COMMON_ALERT = "CommonWorkingSetNearLimit"
 _GOT = re.compile(r"\{([^{}]*)\} ([-+0-9.eE]+)")

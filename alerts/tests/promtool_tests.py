@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from alerts import rules, yamlout
 from exporter import catalog as c
+from exporter.promql import CONFIG as DEFAULT
+from exporter.promql import DAY, HOUR, MINUTE, Config
+from exporter.promql import duration as promql_duration
 
-from . import rules, yamlout
 from . import scenarios as sc
-from .config import DAY, DEFAULT, HOUR, MINUTE, Config, promql_duration
 from .scenarios import GiB, MiB
 
 TESTS_DIR = "alerts/tests"
