@@ -12,7 +12,10 @@ the exporter (not in a backfilled TSDB).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exporter.promql import Config
 
 ANNOTATION_PREFIX = "annotation: "
 
@@ -69,13 +72,14 @@ MAY_BE_EMPTY: dict[str, str] = {
 }
 
 
-def queries() -> list[tuple[str, str, str]]:
+def queries(config: Config | None = None) -> list[tuple[str, str, str]]:
     """(dashboard uid, panel title, PromQL) for every panel target and annotation, in
-    dashboard order. Annotations are titled ``"annotation: <name>"``."""
+    dashboard order. Annotations are titled ``"annotation: <name>"``. ``config``: the
+    rules' config the dashboards are drawn for (default: the shipped one)."""
     from dashboards.generate import dashboards
 
     out: list[tuple[str, str, str]] = []
-    for d in dashboards().values():
+    for d in dashboards(config).values():
         uid = d["uid"]
         for panel in _panels(d["panels"]):
             for t in panel.get("targets", []):

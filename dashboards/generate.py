@@ -14,15 +14,18 @@ out, legends shown (the SDK would default ``showLegend`` to false). Output is so
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from grafanalib._gen import DashboardEncoder
 
-from dashboards import common
+from dashboards import common, names
+from exporter.promql import Config
 
 HERE = Path(__file__).resolve().parent
 SUFFIX = ".dashboard.py"
@@ -279,9 +282,29 @@ def render(d: Json) -> str:
     return json.dumps(d, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def dashboards() -> dict[str, Json]:
-    """Source stem (also the JSON file's name) -> normalised dashboard model."""
-    return {p.name[: -len(SUFFIX)]: to_json(load(p)) for p in sources()}
+def dashboards(config: Config | None = None) -> dict[str, Json]:
+    """Source stem (also the JSON file's name) -> normalised dashboard model; with
+    ``config``, the dashboards a deployment with those rules would get (a live test with
+    every window scaled down draws them with the same scaled windows and thresholds)."""
+    with _configured(config):
+        return {p.name[: -len(SUFFIX)]: to_json(load(p)) for p in sources()}
+
+
+@contextmanager
+def _configured(config: Config | None) -> Iterator[None]:
+    """The house style built on ``config`` while the sources load (they read it through
+    ``dashboards.common`` at import), the shipped one again afterwards."""
+    if config is None or config == names.CONFIG:
+        yield
+        return
+    shipped = names.CONFIG
+    names.CONFIG = config
+    importlib.reload(common)
+    try:
+        yield
+    finally:
+        names.CONFIG = shipped
+        importlib.reload(common)
 
 
 def artifacts() -> dict[str, str]:
