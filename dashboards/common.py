@@ -526,7 +526,7 @@ def stat(
     steps: Sequence[dict[str, Any]] = NO_THRESHOLDS,
     percent_steps: bool = False,
     no_value: str = "no data",
-    instant: bool = False,
+    instant: bool = True,
     mappings: Sequence[dict[str, Any]] = (),
     text_mode: str = "auto",
     links: Sequence[dict[str, Any]] = (),
@@ -534,6 +534,8 @@ def stat(
     min_zero: bool = False,
     runbooks: Sequence[str] = (),
 ) -> Panel:
+    """A tile. Instant by default: evaluated at the end of the range, so a series that
+    ended shows ``no_value``, never its last value (a stale countdown in red)."""
     defaults: dict[str, Any] = {"links": list(links)}
     if percent_steps:
         defaults["thresholds"] = {"mode": "percentage", "steps": list(steps)}

@@ -358,9 +358,16 @@ def test_runbooks_name_existing_dashboards(models: dict[str, dict[str, Any]]) ->
     # Requested from the alerts owner: the vLLM panels live in "headroom / pod memory"
     # (row "vLLM"); there is no separate vLLM dashboard.
     pending: set[str] = set()
+    panel_titles = {p["title"] for d in models.values() for p in all_panels(d)}
     for path in sorted((ROOT / "alerts" / "runbooks").glob("*.md")):
-        for name in re.findall(r"\*(headroom / [^*]+)\*", path.read_text()):
+        text = path.read_text()
+        for name in re.findall(r"\*(headroom / [^*]+)\*", text):
             assert name in titles or name in pending, f"{path.name}: {name}"
+        # A panel a runbook names in quotes exists (a word of a title is enough).
+        for line in text.splitlines():
+            if "panel" in line:
+                for quoted in re.findall(r'"([^"]+)"', line):
+                    assert any(quoted in t for t in panel_titles), f"{path.name}: {quoted}"
 
 
 # --- real Prometheus ------------------------------------------------------------------------

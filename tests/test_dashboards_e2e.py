@@ -230,6 +230,12 @@ def first_screen(d: dict[str, Any]) -> list[dict[str, Any]]:
             and p["gridPos"]["y"] + p["gridPos"]["h"] <= common.FIRST_SCREEN_UNITS]
 
 
+def on_screen(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """Panels at least partly on the first screen (what a picture of it shows)."""
+    return [p for p in d["panels"] if p["type"] != "row"
+            and p["gridPos"]["y"] < common.FIRST_SCREEN_UNITS]
+
+
 def read_tile(prom: str, panel: dict[str, Any], values: dict[str, str], at: float
               ) -> dict[str, Any]:
     """A stat tile as Grafana computes it: each target instant at ``at``; the value, the
@@ -253,10 +259,11 @@ def dump_run(prom: str, models: dict[str, dict[str, Any]], values: dict[str, str
     """Every first-screen query of every dashboard over the run (range, 1 s step) and
     its tiles at ``at`` (before the kill) and ``after``, for the README's pictures."""
     out: dict[str, Any] = {"start": start, "end": end, "at": at, "after": after,
+                           "killed": at + BEFORE_S,
                            "values": values, "dashboards": {}}
     for name, d in models.items():
         panels = []
-        for p in first_screen(d):
+        for p in on_screen(d):
             targets = []
             for t in p["targets"]:
                 expr = bind(t["expr"], {**values, "__range": f"{int(at - start)}s"})
@@ -275,8 +282,11 @@ def dump_run(prom: str, models: dict[str, dict[str, Any]], values: dict[str, str
             annotations.append({"name": a["name"], "colour": a["iconColor"],
                                 "range": api(prom, "query_range", query=bind(a["expr"], values),
                                              start=start, end=end, step=SCRAPE_S)})
+        rows = [{"title": p["title"], "y": p["gridPos"]["y"], "collapsed": p["collapsed"]}
+                for p in d["panels"] if p["type"] == "row"]
         out["dashboards"][name] = {"model": {k: d[k] for k in ("title", "uid")},
-                                   "panels": panels, "annotations": annotations}
+                                   "panels": panels, "annotations": annotations,
+                                   "rows": rows}
     path.write_text(json.dumps(out))
 
 
