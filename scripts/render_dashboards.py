@@ -318,12 +318,16 @@ def draw_bargauge(fig: Figure, item: dict[str, Any]) -> None:
         frame.text(0.5, 0.45, "no data", transform=frame.transAxes, ha="center", color=TEXT)
         return
     ax = inner(fig, rect)
-    names = [n[-40:] for n, _ in bars]
+    pos = ax.get_position()  # room on the left for the names
+    ax.set_position((pos.x0 + 0.08, pos.y0, pos.width - 0.08, pos.height))
+    names = [n if len(n) <= 28 else "..." + n[-25:] for n, _ in bars]
     values = [v for _, v in bars]
     cols = [threshold_colour(v, defaults["thresholds"], None) for v in values]
     ax.barh(range(len(values)), values, color=cols)
     ax.set_yticks(range(len(values)), names, fontsize=7)
     ax.invert_yaxis()
+    ax.set_xlim(0, 1 if unit == "percentunit" else max(values) * 1.15)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt(v, unit)))
     for i, v in enumerate(values):
         ax.text(v, i, " " + fmt(v, unit), va="center", color=TEXT, fontsize=7)
 
