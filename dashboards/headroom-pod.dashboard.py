@@ -71,6 +71,7 @@ from dashboards.common import (
 )
 from dashboards.common import CATALOG as c
 from dashboards.common import RULE as r
+from dashboards.common import RULES_CONFIG as CONFIG
 from dashboards.names import promql_duration
 
 RAW = (JOB, NAMESPACE, POD)  # a raw series of this pod
@@ -233,9 +234,9 @@ first_screen = [
         "Fastest-growing process",
         f"The process name whose anon + mapped shmem grows fastest now (slope over "
         f"{DERIV}, the window of time to limit), in the selected containers. Orange from "
-        f"the rules' sustained growth ({MIN_GROWTH_BPS:.0f} B/s: "
-        f"{c.MEMORY_UNRECLAIMABLE_BYTES.name} rising by the minimum baseline rise per "
-        f"{BASELINE}). 'nothing grows' when no process does.",
+        f"{MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
+        f"({CONFIG.min_baseline_rise_bytes >> 20} MiB) per {BASELINE}. 'nothing grows' "
+        "when no process does.",
         [Q(f"topk(1, {process_growth(CONTAINERS)} > 0)", "{{process}}", instant=True)],
         unit="binBps", w=4, h=4, instant=True, text_mode="value_and_name",
         steps=thresholds(("green", 0), ("orange", MIN_GROWTH_BPS)), no_value="nothing grows",
@@ -244,8 +245,9 @@ first_screen = [
         "Hidden memory growth",
         f"Slope over {DERIV} of the memory no process accounts for in the pod cgroup "
         f"({r.HIDDEN}): /dev/shm or memory emptyDir files no process maps, kernel memory, "
-        "a dead container's charges. Orange from the HeadroomHiddenMemoryGrowth minimum "
-        f"rise per {BASELINE}.",
+        f"a dead container's charges. Orange from {MIN_HIDDEN_GROWTH_BPS:.0f} B/s: "
+        f"HeadroomHiddenMemoryGrowth's minimum rise ({CONFIG.hidden_min_rise_bytes >> 20} "
+        f"MiB) per {BASELINE}.",
         [Q(f"max({HIDDEN_GROWTH})", "hidden", instant=True)],
         unit="binBps", w=4, h=4, instant=True, no_value="nothing hidden",
         steps=thresholds(("green", 0), ("orange", MIN_HIDDEN_GROWTH_BPS)),
