@@ -99,6 +99,12 @@ def of_tightest(expr: str) -> str:
     return f"({expr}\n  and on {by(*W)}\n  {TIGHTEST})"
 
 
+def tightest_line(name: str, fn: Callable[[str], str] = str) -> str:
+    """A recording rule (wrapped by ``fn``) of the tightest cgroup, for a graph."""
+    line = of_tightest(pod_rule(name, CGROUPS, fn=fn))
+    return name_pod_cgroup(f"max by {by(*W)} ({line})")
+
+
 def per_process_attributed(*matchers: str) -> str:
     """anon + mapped shmem per process name, as the rules attribute it: PSS where the
     exporter read it (it splits pages shared by several processes), RSS otherwise; so
@@ -187,11 +193,11 @@ first_screen = [
     # --- tiles: how close, when, what grows, in which process ---------------------------
     stat(
         "Time to limit",
-        f"When the tightest cgroup of the pod (least headroom: pod cgroup or a selected "
-        f"container) reaches its limit at the current {DERIV} slope of unreclaimable "
-        f"memory ({r.TIME_TO_LIMIT}). Evaluated now: 'not growing' when the slope is flat "
-        f"or falling, or the series ended. Red: under {CRITICAL} (the critical "
-        "HeadroomMemoryFillingUp page), orange: under "
+        f"When the pod's first cgroup (the pod cgroup or a selected container; in practice "
+        f"the tightest one, which the other tiles read) reaches its limit at the current "
+        f"{DERIV} slope of unreclaimable memory ({r.TIME_TO_LIMIT}). Evaluated now: "
+        "'not growing' when the slope is flat or falling, or the series ended. Red: "
+        f"under {CRITICAL} (the critical HeadroomMemoryFillingUp page), orange: under "
         f"{promql_duration(int(TIME_STEPS[2]['value']))}.",
         [Q(f"min({pod_rule(r.TIME_TO_LIMIT, CGROUPS)})", "time to limit", instant=True)],
         unit="s", w=4, h=4, steps=TIME_STEPS, no_value="not growing", instant=True,
@@ -272,17 +278,15 @@ first_screen = [
         f"ahead, predict_linear over {DERIV} (the critical page's horizon). Annotations: "
         "OOM kills and firing headroom alerts.",
         [
-            (f"max by {by(*W)} ({of_tightest(pod_rule(r.LIMIT, CGROUPS))})",
+            (tightest_line(r.LIMIT),
              "{{container}} limit"),
-            (f"max by {by(*W)} ({of_tightest(pod_rule(r.UNRECLAIMABLE, CGROUPS))})",
+            (tightest_line(r.UNRECLAIMABLE),
              "{{container}} unreclaimable"),
-            (f"max by {by(*W)} ({of_tightest(pod_rule(r.WORKING_SET, CGROUPS))})",
+            (tightest_line(r.WORKING_SET),
              "{{container}} working set"),
             (
-                "max by {W} ({e})".format(W=by(*W), e=of_tightest(pod_rule(
-                    r.UNRECLAIMABLE, CGROUPS,
-                    fn=lambda s: f"predict_linear({s}[{DERIV}], {CRITICAL_S})",
-                ))),
+                tightest_line(r.UNRECLAIMABLE,
+                              lambda s: f"predict_linear({s}[{DERIV}], {CRITICAL_S})"),
                 "{{container}} unreclaimable in " + CRITICAL + " (projection)",
             ),
         ],
