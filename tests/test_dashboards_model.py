@@ -90,8 +90,9 @@ def models() -> dict[str, dict[str, Any]]:
 def test_pinned_sdk_is_the_current_model() -> None:
     from importlib.metadata import version
 
-    v = version("grafana-foundation-sdk")
-    assert v.endswith("!11.6.0") or v.split("!")[-1] >= "11.6", v
+    v = version("grafana-foundation-sdk")  # e.g. 1769699379!11.6.0: epoch!Grafana version
+    grafana = tuple(int(x) for x in v.split("!")[-1].split(".")[:2])
+    assert grafana >= (11, 6), v
     assert Dashboard().schema_version == common.SCHEMA_VERSION == 41
 
 
