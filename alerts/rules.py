@@ -365,14 +365,19 @@ def filling_up_warning(config: Config) -> Rule:
 
 def filling_up_critical(config: Config) -> Rule:
     h = config.fill_critical_horizon_s
-    # Three ways to be an hour from the limit; each needs growth that is still going on.
+    # Three ways to be an hour from the limit; each needs growth that is still going on:
+    # a fast ramp at its sustained short slope; the hour's trend while the medium slope
+    # has stayed positive (a ramp over hours); the daily growth rate (slow leaks, nightly
+    # growth), capped by an hour's rise of the baseline.
     condition = expr(
         """
             ${h} < ${fast} * ${h_s}
           and
             ${ratio} > ${fast_min}
         or
-            ${h} < ${medium} * ${h_s}
+            ${h} < ${slope} * ${h_s}
+          and
+            ${medium} > 0
         or
             ${h} < ${rate} * ${h_s}
           and

@@ -252,7 +252,7 @@ RECORDING_RULE_HELP: dict[str, str] = {
     "sustain window (bytes/s): positive only while a fast ramp has lasted; a rise that "
     "stopped drops out within minutes",
     UNRECLAIMABLE_SUSTAINED_MEDIUM: "the slowest medium-window slope over the medium "
-    "sustain window (bytes/s): a ramp over hours, robust to sample noise",
+    "sustain window (bytes/s): positive while a ramp over hours goes on",
     UNRECLAIMABLE_BASELINE: "lowest unreclaimable figure in the baseline window",
     UNRECLAIMABLE_BASELINE_RISE: "baseline now minus baseline one window earlier: growth "
     "that diurnal load cannot explain (bytes per window); absent across a restart",

@@ -1,43 +1,39 @@
-"""Replay every scenario against headroom's rules and against the common rule
-(working set / limit > 0.9 for 5m, on headroom's own series), and print how long before
-the kill each pages and tickets, and any false page.
+"""Replay every case through the original rules (de662c2) and the current ones, and print
+one line per case: whether it passes, how long before the kill the first ticket and the
+first page came, and how many notifications went out before the kill (flapping counts).
 
-Each scenario becomes one promtool unit test (real PromQL, the shipped rules, evaluated
-every sample); the test asks for the first time each alert fired and the answer is read
-from promtool's report of the (deliberately unmatched) result.
+The current rules are replayed with the shipped Alertmanager inhibition applied (what a
+pager receives); the original had none. Both also carry the rule most teams have, the
+kubelet working set above 90 % of the limit for 5 minutes, for comparison.
 
-    python -m alerts.sidebyside
+    python -m alerts.tests.sidebyside [CASE ...]      # needs promtool on PATH
 """
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alerts import yamlout
 from alerts.generate import rules_yaml
 from exporter import catalog as c
-from exporter.promql import CONFIG as DEFAULT
-from exporter.promql import MINUTE, Config
 
-from . import promtool_tests as pt
-from . import scenarios as sc
+from . import cases
+from .cases import Case, Key
+from .evaluate import Stat, _hm, problems, replay
 
+ORIGINAL_RULES = Path(__file__).resolve().parent / "fixtures" / "de662c2.rules.yaml"
 COMMON_ALERT = "CommonWorkingSetNearLimit"
-_GOT = re.compile(r"\{([^{}]*)\} ([-+0-9.eE]+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def common_rules(config: Config = DEFAULT) -> dict[str, Any]:
+def common_rules() -> dict[str, Any]:
     """The rule most teams have: kubelet working set over limit, containers only."""
-    sel = f'{config.selector}, container!=""'
+    sel = 'job="headroom", container!=""'
     by = "(namespace, pod, container)"
     return {"groups": [{"name": "common", "rules": [{
         "alert": COMMON_ALERT,
@@ -50,127 +46,39 @@ def common_rules(config: Config = DEFAULT) -> dict[str, Any]:
     }]}]}
 
 
-@dataclass(frozen=True)
-class Firing:
-    alertname: str
-    severity: str
-    container: str
-    first_s: float
-
-
-def first_firing_expr(s: sc.Scenario) -> str:
-    step = f"{s.step_s}s"
-    return (
-        "min by (alertname, severity, container) (min_over_time("
-        f'(time() * ALERTS{{alertstate="firing"}})[{s.end_s}s:{step}]))'
-    )
-
-
-def _test_file(s: sc.Scenario, rules_path: Path, common_path: Path) -> dict[str, Any]:
-    return {
-        "rule_files": [str(rules_path), str(common_path)],
-        "evaluation_interval": f"{s.step_s}s",
-        "group_eval_order": [*pt.group_order(), "common"],
-        "tests": [{
-            "name": s.name,
-            "interval": f"{s.step_s}s",
-            "input_series": pt.input_series(s),
-            # Expect nothing: promtool then prints what it got.
-            "promql_expr_test": [{
-                "expr": first_firing_expr(s), "eval_time": f"{s.end_s}s", "exp_samples": [],
-            }],
-        }],
-    }
-
-
-def parse_got(output: str) -> list[Firing]:
-    """The samples promtool printed after `got:`."""
-    out = []
-    for line in output.splitlines():
-        line = line.strip()
-        if not line.startswith("got:"):
-            continue
-        for labels, value in _GOT.findall(line):
-            lbl = dict(_LABEL.findall(labels))
-            out.append(Firing(lbl.get("alertname", ""), lbl.get("severity", ""),
-                              lbl.get("container", ""), float(value)))
+def all_cases(names: list[str] | None = None) -> list[Case]:
+    makers: list[Callable[[], Case]] = list(cases.ALL)
+    out = [f() for f in makers if not names or f.__name__ in names
+           or f.__name__.replace("_", "-") in names]
+    if not names or "first-wave" in names:
+        out += cases.first_wave()
     return out
 
 
-def replay(s: sc.Scenario, workdir: Path, promtool: str) -> list[Firing]:
-    rules_path = workdir / "headroom.rules.yaml"
-    common_path = workdir / "common.rules.yaml"
-    test_path = workdir / f"{s.name}.test.yaml"
-    test_path.write_text(yamlout.dump(_test_file(s, rules_path, common_path)))
-    proc = subprocess.run([promtool, "test", "rules", str(test_path)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    text = proc.stdout + proc.stderr
-    if proc.returncode == 0:
-        return []  # nothing fired at all
-    if "got:" not in text:
-        raise RuntimeError(f"promtool failed on {s.name}:\n{text}")
-    return parse_got(text)
-
-
-def _lead(s: sc.Scenario, first: float | None) -> str:
+def _lead(case: Case, first: float | None) -> str:
     if first is None:
         return "-"
-    if s.kill_s is None:
-        return f"fired at {_hm(first)}"
-    return _hm(s.kill_s - first)
+    return _hm(case.end_s - first) if case.killed else f"at {_hm(first)}"
 
 
-def _hm(seconds: float) -> str:
-    h, m = divmod(round(seconds / MINUTE), 60)
-    return f"{h}h{m:02d}m"
+def summary(case: Case, stats: Mapping[Key, Stat]) -> list[str]:
+    ours = {k: v for k, v in stats.items() if k[0].startswith("Headroom")}
+
+    def first(sev: str) -> float | None:
+        times = [v.first_s for k, v in ours.items() if k[1] == sev]
+        return min(times) if times else None
+
+    pages = sum(v.episodes for k, v in ours.items() if k[1] == "critical")
+    tickets = sum(v.episodes for k, v in ours.items() if k[1] == "warning")
+    common = [v.first_s for k, v in stats.items() if k[0] == COMMON_ALERT]
+    bad = problems(case, stats)
+    return ["pass" if not bad else f"FAIL ({len(bad)})", _lead(case, first("warning")),
+            _lead(case, first("critical")), f"{pages}p/{tickets}t",
+            _lead(case, min(common) if common else None)]
 
 
-def _first(fs: list[Firing], pred: Any) -> Firing | None:
-    matching = sorted((f for f in fs if pred(f)), key=lambda f: f.first_s)
-    return matching[0] if matching else None
-
-
-META = {"HeadroomExporterDown", "HeadroomCollectorFailing", "HeadroomVLLMScrapeFailing"}
-
-
-def row(s: sc.Scenario, fs: list[Firing]) -> list[str]:
-    def ours(f: Firing) -> bool:
-        return f.alertname.startswith("Headroom") and f.alertname not in META
-
-    ticket = _first(fs, lambda f: ours(f) and f.severity == "warning")
-    page = _first(fs, lambda f: ours(f) and f.severity == "critical")
-    common = _first(fs, lambda f: f.alertname == COMMON_ALERT)
-
-    def name(f: Firing | None) -> str:
-        if f is None:
-            return ""
-        where = f.container or "pod"
-        return f" {f.alertname.removeprefix('Headroom')}[{where}]"
-
-    def filling(sev: str) -> str:
-        f = _first(fs, lambda f: f.alertname == "HeadroomMemoryFillingUp"
-                   and f.severity == sev and f.container == s.kill_container)
-        return _lead(s, f.first_s) if f else "-"
-
-    healthy = s.kill_s is None
-    false_pages = []
-    if healthy and page:
-        false_pages.append(f"headroom{name(page)}")
-    if healthy and common:
-        false_pages.append("common")
-    return [
-        s.name,
-        "none" if healthy else _hm(s.kill_s or 0),
-        _lead(s, ticket.first_s if ticket else None) + name(ticket),
-        _lead(s, page.first_s if page else None) + name(page),
-        f"{filling('warning')} / {filling('critical')}",
-        _lead(s, common.first_s if common else None),
-        ", ".join(false_pages) or "none",
-    ]
-
-
-HEADER = ["scenario", "kill at", "headroom first ticket", "headroom first page",
-          "FillingUp warn / crit", "common rule page", "false pages"]
+HEADER = ["case", "class", "kill", "before", "ticket", "page", "notif", "common",
+          "after", "ticket", "page", "notif"]
 
 
 def table(rows: list[list[str]]) -> str:
@@ -181,23 +89,49 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def run(selected: list[Case], promtool: str, workers: int = 2
+        ) -> list[tuple[Case, dict[Key, Stat], dict[Key, Stat]]]:
+    with tempfile.TemporaryDirectory(prefix="headroom-sidebyside-") as tmp:
+        work = Path(tmp)
+        new, old, common = work / "new.rules.yaml", work / "old.rules.yaml", \
+            work / "common.rules.yaml"
+        new.write_text(rules_yaml())
+        old.write_text(ORIGINAL_RULES.read_text())
+        common.write_text(yamlout.dump(common_rules()))
+
+        def both(case: Case) -> tuple[Case, dict[Key, Stat], dict[Key, Stat]]:
+            before = replay(case, [old, common], work, promtool, inhibit=False, tag="-old")
+            after = replay(case, [new, common], work, promtool, inhibit=True, tag="-new")
+            return case, before, after
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(both, selected))
+
+
+def main(argv: list[str] | None = None) -> int:
     promtool = shutil.which("promtool")
     if promtool is None:
         print("promtool not found on PATH", file=sys.stderr)
         return 2
-    scenarios = sc.all_scenarios()
-    with tempfile.TemporaryDirectory(prefix="headroom-sidebyside-") as tmp:
-        work = Path(tmp)
-        (work / "headroom.rules.yaml").write_text(rules_yaml())
-        (work / "common.rules.yaml").write_text(yamlout.dump(common_rules()))
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            results = list(pool.map(lambda s: replay(s, work, promtool), scenarios))
-    print("Lead time of the first alert before the kill (unreclaimable memory reaches the "
-          "limit; kill time counted from 00:00 UTC day 0). FillingUp: on the cgroup that "
-          "is killed. Healthy scenarios: when anything fired.")
-    print(table([row(s, fs) for s, fs in zip(scenarios, results, strict=True)]))
-    return 0
+    names = list(sys.argv[1:] if argv is None else argv)
+    results = run(all_cases(names or None), promtool)
+    rows = []
+    for case, before, after in results:
+        kill = _hm(case.end_s) if case.killed else "none"
+        b, a = summary(case, before), summary(case, after)
+        rows.append([case.name, case.cls, kill, b[0], b[1], b[2], b[3], b[4],
+                     a[0], a[1], a[2], a[3]])
+    print("Lead of the first ticket / page before the kill (h:mm; healthy cases: when it "
+          "fired), notifications before the kill (p = pages, t = tickets; each episode "
+          "counts), the common rule's first page. before: de662c2's rules; after: these "
+          "rules with alerts/alertmanager.yaml's inhibition.")
+    print(table(rows))
+    failed = False
+    for case, _, after in results:
+        for p in problems(case, after):
+            failed = True
+            print(f"  after, {case.name}: {p}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
