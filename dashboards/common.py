@@ -122,7 +122,10 @@ def name_pod_cgroup(expr: str) -> str:
 
 def jobbed(expr: str, *scope: str) -> str:
     """``expr`` (a recording rule: the rules keep no job label) kept only for workloads
-    that a target of ``$job`` reports: joined to the raw limit series, which selects it."""
+    that a target of ``$job`` reports now: joined to the raw limit series, which selects
+    it. The join also drops a cgroup whose raw series ended (a restarted container): the
+    rules hold their figures across scrape gaps (``hold_s``), a tile must not keep
+    showing an ended cgroup's headroom or countdown."""
     raw = metric(c.MEMORY_LIMIT_BYTES, JOB, *scope)
     return f"({expr}\n  and on {by(*W)}\n  {raw})"
 

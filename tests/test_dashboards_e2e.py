@@ -37,14 +37,17 @@ import pytest
 
 from alerts.generate import rules_yaml
 from dashboards import common, generate
-from exporter.promql import CONFIG
+from exporter.promql import CONFIG, HEADROOM
 from tests.kernel import KernelUnavailable, kube_tree, own_v1_memory_cgroup
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
 MiB = 1 << 20
 SCALE = 360  # as the alerting e2e: 1 h -> 10 s, 1 d -> 4 min
-SCALED = CONFIG.scaled(SCALE)
+# The rules hold a recorded figure across scrape gaps (hold_s, 10 min shipped, 2 s
+# scaled); held a minute here, so the run can show that a tile drops an ended cgroup's
+# held figures (common.jobbed joins the live raw series).
+SCALED = CONFIG.scaled(SCALE).replace(hold_s=60)
 LIMIT = 192 * MiB
 # "Two minutes before the kill", scaled, is 0.33 s: less than one scrape. The tiles are
 # read two scrape intervals before the kill instead (12 unscaled minutes): a harder test.
@@ -357,4 +360,24 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
         f'sum(increase(headroom_memory_events_total{{pod="{uid}", container="", '
         f'event="oom_kill"}}[{int(after - start)}s]))'))
     assert float(pod_level[0]["value"][1]) == 0.0
+
+    # The container's cgroup goes (as at a restart): its raw series end, the rules still
+    # hold its figures; the dashboard's figures (joined to the live raw series) drop it,
+    # so no tile keeps showing an ended cgroup's headroom or countdown.
+    cgroup_dir = tree.hierarchy.dir(container)
+    for _ in range(50):
+        try:
+            cgroup_dir.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(5)
+    gone = time.time()
+    cid = {r["metric"]["container"] for r in api(prom, "query", time=killed,
+           query=f'headroom_memory_limit_bytes{{pod="{uid}", container!=""}}')}
+    held = api(prom, "query", time=gone, query=f'{HEADROOM}{{pod="{uid}"}}')
+    shown = api(prom, "query", time=gone, query=bind(
+        common.rule(HEADROOM, f'pod="{uid}"', scope=(f'pod="{uid}"',)), values))
+    assert {r["metric"].get("container", "") for r in held} == {"", *cid}, held
+    assert {r["metric"].get("container", "") for r in shown} == {""}, shown
 
