@@ -634,7 +634,9 @@ dashboard = dashboard(
     panels=[*first_screen, *details],
     links=[
         link("OOM post-mortems (exporter /debug/oom/)", OOM_DOCS, new_tab=True,
-             tooltip="The exporter's flight-recorder documents of this pod's OOM kills"),
+             tooltip="The flight-recorder documents of this pod's OOM kills, served by the "
+             "exporter that reports it (its address: reachable in the cluster, or through "
+             "kubectl port-forward)"),
         link("Node of this pod", dashboard_url("node", "var-node=${exporter}"),
              tooltip="headroom / node for the exporter that reports this pod"),
         link("Fleet", dashboard_url("fleet", "var-namespace=${namespace}"),
