@@ -7,7 +7,7 @@ and annotations) against the Prometheus of a real run, drawn with matplotlib. Ev
 picture says so in its header.
 
     sudo python3 scripts/render_dashboards.py            # run the e2e, then draw
-    python3 scripts/render_dashboards.py --run run.json  # draw a saved run
+    python3 scripts/render_dashboards.py --run docs/dashboards/run.json  # the pictured run
 
 The run comes from ``tests/test_dashboards_e2e.py`` (``HEADROOM_DASHBOARD_RUN=run.json``):
 a pod with two vLLM-titled processes, one leaking anon memory, one appending to an
