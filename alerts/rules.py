@@ -322,6 +322,14 @@ def _windows(config: Config, horizon_s: int) -> str:
     return number(round(horizon_s / config.baseline_window_s, 6))
 
 
+def _rise_cap(config: Config, horizon_s: int) -> str:
+    """The growth a horizon may extrapolate is capped by the baseline's rise: one
+    window's worth, or more for a horizon longer than the window. A nightly burst that
+    grows fast for two hours does not extrapolate beyond what the baseline gained."""
+    factor = max(1.0, horizon_s / config.baseline_window_s)
+    return q.UNRECLAIMABLE_BASELINE_RISE + ("" if factor == 1 else f" * {number(factor)}")
+
+
 def filling_up_warning(config: Config) -> Rule:
     h = config.fill_warning_horizon_s
     long_h = config.fill_warning_long_horizon_s
@@ -332,7 +340,7 @@ def filling_up_warning(config: Config) -> Rule:
         """
             ${h} < ${rate} * ${h_s}
           and
-            ${h} < ${rise} * ${h_windows}
+            ${h} < ${cap}
         or
             ${h} < ${rise} * ${long_windows}
           and
@@ -341,7 +349,7 @@ def filling_up_warning(config: Config) -> Rule:
             ${rate}
         """,
         h=q.HEADROOM, rate=q.UNRECLAIMABLE_GROWTH_RATE, rise=q.UNRECLAIMABLE_BASELINE_RISE,
-        h_s=h, h_windows=_windows(config, h), long_windows=_windows(config, long_h),
+        h_s=h, cap=_rise_cap(config, h), long_windows=_windows(config, long_h),
         bw=duration(config.baseline_window_s), g=by(*config.group_labels),
     )
     return _alert(
@@ -381,7 +389,7 @@ def filling_up_critical(config: Config) -> Rule:
         or
             ${h} < ${rate} * ${h_s}
           and
-            ${h} < ${rise} * ${h_windows}
+            ${h} < ${cap}
           and
             ${slope} > 0
         """,
@@ -389,7 +397,7 @@ def filling_up_critical(config: Config) -> Rule:
         medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM, rate=q.UNRECLAIMABLE_GROWTH_RATE,
         rise=q.UNRECLAIMABLE_BASELINE_RISE, slope=q.UNRECLAIMABLE_SLOPE,
         ratio=q.UNRECLAIMABLE_RATIO, fast_min=config.fill_fast_min_ratio, h_s=h,
-        h_windows=_windows(config, h),
+        cap=_rise_cap(config, h),
     )
     return _alert(
         config, "HeadroomMemoryFillingUp", owned(config, condition), "critical",
@@ -407,15 +415,18 @@ def filling_up_critical(config: Config) -> Rule:
 
 
 def near_limit(config: Config) -> Rule:
-    # A workload whose baseline rises is FillingUp's (a slow leak crosses 95 % a day
-    # before the kill): this pages a pod that sits near its limit without a trend.
+    # A workload that is filling up is FillingUp's (a slow leak crosses 95 % a day
+    # before the kill, a ramp minutes before its page): this pages a pod that sits near
+    # its limit without a daily trend or a ramp going on.
     condition = expr(
         """
         ${ratio} > ${threshold}
         unless on ${g} ${rate}
+        unless on ${g} ${medium} > 0
         """,
         ratio=q.UNRECLAIMABLE_RATIO, threshold=config.near_limit_ratio,
         g=by(*config.group_labels), rate=q.UNRECLAIMABLE_GROWTH_RATE,
+        medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM,
     )
     return _alert(
         config, "HeadroomMemoryNearLimit", owned(config, condition), "critical",
