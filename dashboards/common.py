@@ -336,10 +336,15 @@ def scope_var() -> Any:
 
 
 def in_scope(expr: str) -> str:
-    """``expr`` for the pods the scope variable selects (joined on namespace, pod)."""
+    """``expr`` for the pods the scope variable selects (joined on namespace, pod): pods
+    that ran such a process, or had a vLLM /metrics read, at any time in the dashboard's
+    range. Not only now: a pod whose vLLM was just OOM-killed has no process left, and
+    must not drop out of the ranking (or its kill out of the count) at that moment."""
     pods = (
-        f"max by (namespace, pod) ({metric(c.PROCESS_COUNT, JOB, NAMESPACE, SCOPE)})"
-        f"\n  or\n  max by (namespace, pod) ({metric(c.VLLM_UP, JOB, NAMESPACE)})"
+        f"max by (namespace, pod) (max_over_time("
+        f"{metric(c.PROCESS_COUNT, JOB, NAMESPACE, SCOPE)}[{RANGE}]))"
+        f"\n  or\n  max by (namespace, pod) (max_over_time("
+        f"{metric(c.VLLM_UP, JOB, NAMESPACE)}[{RANGE}]))"
     )
     # Parenthesised: `and` binds looser than the comparisons callers append.
     return f"(\n  {expr}\nand on (namespace, pod) (\n  {pods}\n)\n)"

@@ -355,6 +355,13 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     assert hidden["colour"] == "orange" and 0.2 * MiB < hidden["value"] < 3 * MiB, hidden
     assert before["OOM kills in range"]["value"] in (None, 0.0)
     assert kills["value"] == 1.0 and kills["colour"] == "red", kills
+    # The fleet's and the node's counts too (the pod has no process left after the
+    # kill: the fleet's scope must still hold it).
+    for dash in ("headroom-fleet", "headroom-node"):
+        tile = next(p for p in models[dash]["panels"] if p["title"] == "OOM kills in range")
+        count = read_tile(prom, tile, {**values, "__range": f"{int(after - start)}s"}, after)
+        print(f"  after the kill, {dash} OOM kills in range: {count}")
+        assert count["value"] == 1.0, (dash, count)
     # The pod-level counter alone reads 0 on v1 (what issue 14 saw).
     pod_level = api(prom, "query", time=after, query=(
         f'sum(increase(headroom_memory_events_total{{pod="{uid}", container="", '
