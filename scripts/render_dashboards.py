@@ -31,10 +31,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "dashboards"
@@ -75,6 +75,15 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "reqps":
         return f"{value:.3g} req/s"
     return f"{value:.4g}"
+
+
+def day(epoch: float) -> float:
+    """Unix seconds -> matplotlib's date number (days since 1970-01-01, UTC)."""
+    return epoch / 86400
+
+
+def clock(x: float, _pos: object = None) -> str:
+    return datetime.fromtimestamp(x * 86400, tz=timezone.utc).strftime("%H:%M:%S")
 
 
 def legend(fmt_: str, labels: dict[str, str]) -> str:
@@ -210,7 +219,7 @@ def draw_timeseries(fig: Figure, item: dict[str, Any], run: dict[str, Any],
         ls = {"dash": "--", "dot": ":"}.get(style or "", "-")
         lw = float(o.get("custom.lineWidth", 1.2))
         hide = o.get("custom.hideFrom", {})
-        when = [datetime.fromtimestamp(x, tz=timezone.utc) for x in xs]
+        when = [day(x) for x in xs]
         target = ax2 if (ax2 is not None and o.get("custom.axisPlacement") == "right") else ax
         label = name
         if hide.get("viz"):
@@ -236,24 +245,22 @@ def draw_timeseries(fig: Figure, item: dict[str, Any], run: dict[str, Any],
         for s in a["range"]:
             times = [float(v[0]) for v in s["values"]]
             for x0, x1 in _runs(times):
-                t0 = datetime.fromtimestamp(x0, tz=timezone.utc)
+                t0 = day(x0)
                 col = colour_of(a["colour"])
                 if a["name"] == "OOM kill":
                     ax.axvline(t0, color=col, linewidth=1.5, linestyle="--")
                     ax.text(t0, 0.98, " OOM kill", transform=ax.get_xaxis_transform(),
                             color=col, fontsize=7, va="top")
                 else:
-                    t1 = datetime.fromtimestamp(x1, tz=timezone.utc)
-                    ax.axvspan(t0, t1, color=col, alpha=0.10, linewidth=0)
-    ax.axvline(datetime.fromtimestamp(run["at"], tz=timezone.utc), color=TEXT,
-               linewidth=0.8, linestyle=":")
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
-    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt(v, unit)))
+                    ax.axvspan(t0, day(x1), color=col, alpha=0.10, linewidth=0)
+    ax.axvline(day(run["at"]), color=TEXT, linewidth=0.8, linestyle=":")
+    ax.xaxis.set_major_formatter(FuncFormatter(clock))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v, unit)))
     if p["fieldConfig"]["defaults"].get("min") == 0:
         ax.set_ylim(bottom=0)
     if ax2 is not None:
         ax2.tick_params(colors=TEXT, labelsize=7)
-        ax2.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt(v, "percentunit")))
+        ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v, "percentunit")))
         ax2.set_ylim(0, 1)
     if handles:
         if legend_w:
@@ -327,7 +334,7 @@ def draw_bargauge(fig: Figure, item: dict[str, Any]) -> None:
     ax.set_yticks(range(len(values)), names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1 if unit == "percentunit" else max(values) * 1.15)
-    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt(v, unit)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v, unit)))
     for i, v in enumerate(values):
         ax.text(v, i, " " + fmt(v, unit), va="center", color=TEXT, fontsize=7)
 

@@ -16,7 +16,7 @@ Lint rules carried over from grafana/dashboard-linter (and why some are adapted)
 - target-counter-agg-rule: a ``_total`` counter only inside rate/irate/increase (and
   resets/changes, which are counter functions too).
 - target-job-rule: every raw headroom series selects ``job=~"$job"``; recording rules
-  carry no job label (the rules select it) and are exempt.
+  carry no job label, so every query that reads one joins it to a raw series that does.
 - plus: every metric name exists in ``exporter.catalog`` or the recording rules (or is
   one of a few series Prometheus writes for every target), every ``$variable`` used is
   defined, data links point at existing dashboards, runbooks name real dashboards.

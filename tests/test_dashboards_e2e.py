@@ -100,7 +100,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"{proc.args} exited with {proc.returncode}")
+            raise AssertionError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
