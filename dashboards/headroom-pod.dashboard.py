@@ -639,7 +639,7 @@ dashboard = dashboard(
              "kubectl port-forward)"),
         link("Node of this pod", dashboard_url("node", "var-node=${exporter}"),
              tooltip="headroom / node for the exporter that reports this pod"),
-        link("Fleet", dashboard_url("fleet", "var-namespace=${namespace}"),
+        link("Fleet", dashboard_url("fleet", "${namespace:queryparam}"),
              tooltip="headroom / fleet, this namespace"),
     ],
     annotations=[
