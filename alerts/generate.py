@@ -37,7 +37,9 @@ def _header(config: Config) -> str:
         f"                  Recorded figures hold their last sample for {duration(config.hold_s)}"
         " (scrape gaps,",
         "                  exporter restarts) and are aggregated over exporter instances.",
-        "  headroom      = limit - unreclaimable",
+        "  headroom      = limit - unreclaimable; the forecasts use its lowest value over",
+        f"                  the last {duration(config.peak_window_s)} (the recent peak: a kill"
+        " comes with a peak).",
         "  hidden        = unreclaimable - sum over processes (anon + mapped shmem,",
         "                  PSS where present else RSS); the pod level subtracts every",
         "                  container's processes from the pod cgroup.",

@@ -166,6 +166,8 @@ def recording_rules(config: Config) -> list[Rule]:
         q.WORKING_SET: _held(config, c.MEMORY_WORKING_SET_BYTES, g),
         q.UNRECLAIMABLE_RATIO: f"{q.UNRECLAIMABLE} / {q.LIMIT}",
         q.HEADROOM: f"clamp_min({q.LIMIT} - {q.UNRECLAIMABLE}, 0)",
+        q.HEADROOM_LOWEST: expr(
+            "min_over_time(${h}[${w}])", h=q.HEADROOM, w=duration(config.peak_window_s)),
         q.OWNER: expr(
             """
             (
@@ -348,7 +350,8 @@ def filling_up_warning(config: Config) -> Rule:
           and on ${g}
             ${rate}
         """,
-        h=q.HEADROOM, rate=q.UNRECLAIMABLE_GROWTH_RATE, rise=q.UNRECLAIMABLE_BASELINE_RISE,
+        h=q.HEADROOM_LOWEST, rate=q.UNRECLAIMABLE_GROWTH_RATE,
+        rise=q.UNRECLAIMABLE_BASELINE_RISE,
         h_s=h, cap=_rise_cap(config, h), long_windows=_windows(config, long_h),
         bw=duration(config.baseline_window_s), g=by(*config.group_labels),
     )
@@ -393,7 +396,7 @@ def filling_up_critical(config: Config) -> Rule:
           and
             ${slope} > 0
         """,
-        h=q.HEADROOM, fast=q.UNRECLAIMABLE_SUSTAINED_SHORT,
+        h=q.HEADROOM_LOWEST, fast=q.UNRECLAIMABLE_SUSTAINED_SHORT,
         medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM, rate=q.UNRECLAIMABLE_GROWTH_RATE,
         rise=q.UNRECLAIMABLE_BASELINE_RISE, slope=q.UNRECLAIMABLE_SLOPE,
         ratio=q.UNRECLAIMABLE_RATIO, fast_min=config.fill_fast_min_ratio, h_s=h,
@@ -607,14 +610,15 @@ def pod_oom_killed(config: Config) -> Rule:
     pod = config.pod_labels
     w = duration(config.oom_window_s)
     hold = duration(config.hold_s)
-    # Per raw series, now minus one window ago: a series that is merely new (an exporter
-    # restart re-reporting past kills, a new instance) has no past and counts nothing;
-    # a counter that went down (an exporter or a container restart) counts nothing.
+    # Per raw series, now minus the highest value it had over the lookback one window
+    # ago: a series that is merely new (an exporter restart re-reporting past kills, a
+    # new instance) has no past and counts nothing; a counter that went down and came
+    # back (a fresh exporter showing 0, then the kills it re-read) counts nothing.
     def kills(raw: str) -> str:
         return expr(
-            "clamp_min(last_over_time(${raw}[${hold}]) - last_over_time(${raw}[${hold}] "
+            "clamp_min(last_over_time(${raw}[${hold}]) - max_over_time(${raw}[${back}] "
             "offset ${w}), 0)",
-            raw=raw, hold=hold, w=w,
+            raw=raw, hold=hold, w=w, back=duration(config.oom_lookback_s),
         )
 
     # The watcher counts per process; the kernel per cgroup: on cgroup v1 only the

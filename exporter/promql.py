@@ -64,6 +64,9 @@ class Config:
     # Alerts keep firing this long after their condition last held: a gap or a noisy
     # sample does not resolve a page and re-fire it.
     keep_firing_s: int = 15 * MINUTE
+    # Forecasts compare growth with the lowest headroom over this window (the recent
+    # peak): a kill comes with a peak, and a noisy sample must not hold back a `for:`.
+    peak_window_s: int = 10 * MINUTE
 
     # --- trends -------------------------------------------------------------------------
     # Trend slope: deriv() over this window ("how fast does it grow this hour").
@@ -149,7 +152,9 @@ class Config:
     no_limit_ratio: float = 0.90
 
     # --- HeadroomPodOOMKilled ---------------------------------------------------------
+    # A kill: a counter above the highest value it had over the lookback, one window ago.
     oom_window_s: int = 10 * MINUTE
+    oom_lookback_s: int = HOUR
 
     # --- meta-monitoring --------------------------------------------------------------
     exporter_down_for_s: int = 15 * MINUTE
@@ -217,6 +222,7 @@ UNRECLAIMABLE = "headroom:memory_unreclaimable:bytes"
 WORKING_SET = "headroom:memory_working_set:bytes"
 UNRECLAIMABLE_RATIO = "headroom:memory_unreclaimable:ratio"
 HEADROOM = "headroom:memory_headroom:bytes"
+HEADROOM_LOWEST = "headroom:memory_headroom_lowest:bytes"
 OWNER = "headroom:memory_alert_owner:bool"
 RESTART = "headroom:memory_restart:bool"
 UNRECLAIMABLE_SLOPE = "headroom:memory_unreclaimable:slope"
@@ -242,6 +248,8 @@ RECORDING_RULE_HELP: dict[str, str] = {
     WORKING_SET: "usage - inactive_file: the kubelet's working set, for comparison",
     UNRECLAIMABLE_RATIO: "unreclaimable / limit",
     HEADROOM: "limit - unreclaimable: what can still be charged once page cache is gone",
+    HEADROOM_LOWEST: "the lowest headroom over the peak window (limit - the recent peak): "
+    "what the forecasts compare growth with",
     OWNER: "1 for a container whose own limit binds first (its headroom is no more than "
     "the pod cgroup's plus a tolerance): the pod-level twin of its alerts stays silent",
     RESTART: "1 while unreclaimable has just fallen below a fraction of its floor: the "

@@ -13,6 +13,7 @@ rules file with promtool and counts notifications.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -184,6 +185,15 @@ def first_at_or_above(fn: Fn, limit: Fn, times: range) -> int:
     raise ValueError("never reaches the limit")
 
 
+def _level(level: float, amplitude: float, t: int) -> float:
+    return level + diurnal(t, amplitude)
+
+
+def _plus(fn: Fn, extra: float, t: int) -> float | None:
+    v = fn(t)
+    return None if v is None else v + extra
+
+
 # --- the case --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Case:
@@ -221,10 +231,10 @@ FILL, NEAR, RECLAIM = "HeadroomMemoryFillingUp", "HeadroomMemoryNearLimit", \
 
 # --- failure classes ------------------------------------------------------------------------------
 def gaps() -> Case:
-    """An 8-hour climb from 55 % to the limit after a noisy day, the exporter unreachable
+    """An 8-hour climb from 55 % to the limit after a noisy half day, the exporter unreachable
     for 5 minutes every 2 hours and once more 25 minutes before the kill (30 s scrapes)."""
     step, pod, limit = 30, "gap-0", 32 * GiB
-    start = DAY
+    start = 12 * HOUR
     noise = Noise(1, 0.003 * limit)
 
     def u(t: int) -> float:
@@ -271,11 +281,11 @@ def rollout() -> Case:
 
 
 def fast_ramp() -> Case:
-    """Unreclaimable memory climbs from 60 % to the limit in 20 minutes after a noisy
-    day (30 s scrapes: half the samples of the issue's 15 s)."""
+    """Unreclaimable memory climbs from 60 % to the limit in 20 minutes after six noisy
+    hours (30 s scrapes: half the samples of the issue's 15 s)."""
     step, pod, limit = 30, "fast-0", 32 * GiB
     noise = Noise(3, 0.003 * limit)
-    start = DAY + 3 * HOUR
+    start = 6 * HOUR
 
     def u(t: int) -> float:
         return limit * (0.60 + 0.40 * ramp(t, start, start + 20 * MINUTE)) + noise(t)
@@ -351,13 +361,13 @@ def restart_leftover() -> Case:
 
 
 def one_page() -> Case:
-    """A node with 24 vLLM pods (container and pod-level cgroup each): one container
+    """A node with 14 vLLM pods (container and pod-level cgroup each): one container
     leaks toward its own limit over 6 hours; in another pod (pod-level resources: one
     limit for the pod) a sidecar leaks and the pod's limit binds. One page each, on the
     cgroup whose limit binds."""
     step, limit = MINUTE, 32 * GiB
     noise = Noise(6, 0.003 * limit)
-    start = DAY + 6 * HOUR
+    start = 10 * HOUR
     rec_end = start + 6 * HOUR + 30 * MINUTE
 
     def leak(t: int) -> float:
@@ -365,14 +375,11 @@ def one_page() -> Case:
 
     kill = first_at_or_above(leak, lambda t: limit, range(start, rec_end, step))
     rec = Recorder(range(0, kill + 1, step), steady())
-    for i in range(22):  # healthy neighbours, a few of them with diurnal load
+    for i in range(12):  # healthy neighbours, a few of them with diurnal load
         p = f"vllm-{i}"
-        level = (0.4 + 0.02 * i) * limit
-        amp = GiB if i % 7 == 0 else 0.0
-        cgroup(rec, p, "vllm", lambda t: limit,
-               lambda t, lv=level, a=amp: lv + diurnal(t, a))
-        cgroup(rec, p, "", lambda t: limit,
-               lambda t, lv=level, a=amp: lv + diurnal(t, a) + 16 * MiB)
+        load = functools.partial(_level, (0.4 + 0.04 * i) * limit, GiB if i % 4 == 0 else 0.0)
+        cgroup(rec, p, "vllm", lambda t: limit, load)
+        cgroup(rec, p, "", lambda t: limit, functools.partial(_plus, load, 16 * MiB))
     cgroup(rec, "leak-0", "vllm", lambda t: limit, leak, cache=lambda t: 2 * GiB)
     cgroup(rec, "leak-0", "", lambda t: limit, lambda t: leak(t) + 16 * MiB,
            cache=lambda t: 2 * GiB)
@@ -428,7 +435,7 @@ def no_limit() -> Case:
     threshold (30 s scrapes)."""
     step, node = 30, 256 * GiB
     noise = Noise(8, 256 * MiB)
-    start = DAY
+    start = 6 * HOUR
     grow = 42 * GiB
 
     def grower(t: int) -> float:
@@ -443,10 +450,12 @@ def no_limit() -> Case:
     rec = Recorder(range(0, evicted + 1, step), steady())
     rec.put(c.NODE_MEMORY_TOTAL_BYTES.name, {}, lambda t: node)
     rec.put(c.NODE_MEMORY_AVAILABLE_BYTES.name, {}, available)
-    for p, fn in (("free-0", grower), ("free-1", lambda t: 20 * GiB + noise(t, 2)),
-                  ("free-2", lambda t: 50 * GiB + diurnal(t, 2 * GiB))):
+    others: list[tuple[str, Fn]] = [
+        ("free-0", grower), ("free-1", lambda t: 20 * GiB + noise(t, 2)),
+        ("free-2", functools.partial(_level, 50 * GiB, 2 * GiB))]
+    for p, fn in others:
         cgroup(rec, p, "app", lambda t: node, fn)
-        cgroup(rec, p, "", lambda t: node, lambda t, f=fn: f(t) + 16 * MiB)
+        cgroup(rec, p, "", lambda t: node, functools.partial(_plus, fn, 16 * MiB))
     cgroup(rec, "zero-0", "app", lambda t: 0.0, lambda t: 2 * GiB)
     page = ("HeadroomNodeMemoryPressure", "critical", "", "")
     return _case("no-limit", "no limit", title=no_limit.__doc__ or "", step_s=step,

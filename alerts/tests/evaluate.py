@@ -9,6 +9,8 @@ expects nothing, so promtool prints what it got; ``parse_got`` reads that.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import subprocess
@@ -164,17 +166,34 @@ def parse_got(output: str) -> dict[Key, Stat]:
 
 
 def replay(case: Case, rules: list[Path], workdir: Path, promtool: str,
-           inhibit: bool = True, tag: str = "") -> dict[Key, Stat]:
+           inhibit: bool = True, tag: str = "", cache: Path | None = None
+           ) -> dict[Key, Stat]:
+    """Run promtool on the case; with ``cache``, a replay of the same test file (same
+    series, rules and query: same hash) is read back instead of run again."""
+    doc = test_file(case, rules, inhibit)
+    text = yamlout.dump(doc)
+    digest = hashlib.sha256(
+        (text + "".join(p.read_text() for p in rules)).encode()).hexdigest()[:24]
+    hit = cache / f"{case.name}-{digest}.json" if cache else None
+    if hit is not None and hit.exists():
+        return {tuple(k.split("\t")): Stat(*v)
+                for k, v in json.loads(hit.read_text()).items()}
     path = workdir / f"{case.name}{tag}.test.yaml"
-    path.write_text(yamlout.dump(test_file(case, rules, inhibit)))
+    path.write_text(text)
     proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
-                          text=True, timeout=1800, check=False)
-    text = proc.stdout + proc.stderr
+                          text=True, timeout=3600, check=False)
+    out = proc.stdout + proc.stderr
     if proc.returncode == 0:
-        return {}  # nothing ever fired
-    if "got:" not in text:
-        raise RuntimeError(f"promtool failed on {case.name}:\n{text[-3000:]}")
-    return parse_got(text)
+        stats: dict[Key, Stat] = {}  # nothing ever fired
+    elif "got:" not in out:
+        raise RuntimeError(f"promtool failed on {case.name}:\n{out[-3000:]}")
+    else:
+        stats = parse_got(out)
+    if hit is not None:
+        hit.parent.mkdir(parents=True, exist_ok=True)
+        hit.write_text(json.dumps({"\t".join(k): [v.episodes, v.first_s]
+                                   for k, v in stats.items()}))
+    return stats
 
 
 # --- verdicts -------------------------------------------------------------------------------------

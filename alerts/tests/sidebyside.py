@@ -89,7 +89,8 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def run(selected: list[Case], promtool: str, workers: int = 2
+def run(selected: list[Case], promtool: str, workers: int = 2,
+        cache: Path | None = None, sides: tuple[str, ...] = ("before", "after"),
         ) -> list[tuple[Case, dict[Key, Stat], dict[Key, Stat]]]:
     with tempfile.TemporaryDirectory(prefix="headroom-sidebyside-") as tmp:
         work = Path(tmp)
@@ -100,8 +101,13 @@ def run(selected: list[Case], promtool: str, workers: int = 2
         common.write_text(yamlout.dump(common_rules()))
 
         def both(case: Case) -> tuple[Case, dict[Key, Stat], dict[Key, Stat]]:
-            before = replay(case, [old, common], work, promtool, inhibit=False, tag="-old")
-            after = replay(case, [new, common], work, promtool, inhibit=True, tag="-new")
+            before = after = {}
+            if "before" in sides:
+                before = replay(case, [old, common], work, promtool, inhibit=False,
+                                tag="-old", cache=cache)
+            if "after" in sides:
+                after = replay(case, [new, common], work, promtool, inhibit=True,
+                               tag="-new", cache=cache)
             return case, before, after
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -113,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     if promtool is None:
         print("promtool not found on PATH", file=sys.stderr)
         return 2
-    names = list(sys.argv[1:] if argv is None else argv)
-    results = run(all_cases(names or None), promtool)
+    args = list(sys.argv[1:] if argv is None else argv)
+    # --cache DIR: reuse replays of unchanged files; --before / --after: one side only.
+    cache = Path(args[args.index("--cache") + 1]) if "--cache" in args else None
+    sides = tuple(s for s in ("before", "after") if f"--{s}" in args) or ("before", "after")
+    names = [a for a in args if not a.startswith("--") and (cache is None or a != str(cache))]
+    results = run(all_cases(names or None), promtool, cache=cache, sides=sides)
     rows = []
     for case, before, after in results:
         kill = _hm(case.end_s) if case.killed else "none"
