@@ -120,10 +120,11 @@ def per_process_attributed(*matchers: str) -> str:
 
 
 def process_growth(*matchers: str) -> str:
-    """bytes/s per process name: the slope (deriv over the rules' short window) of the
-    anon and mapped shmem its processes hold."""
+    """bytes/s per process name: the slope (deriv over the trend window) of the anon and
+    mapped shmem its processes hold, for names that run now (``and`` the series now): a
+    killed process keeps a slope over its last window, it must not stay "fastest"."""
     series = metric(c.PROCESS_MEMORY_BYTES, *RAW, *matchers, re_("kind", ATTRIBUTED_KINDS))
-    return f"sum by (process) (deriv({series}[{DERIV}]))"
+    return f"sum by (process) (deriv({series}[{DERIV}]) and {series})"
 
 
 HIDDEN_GROWTH = pod_rule(r.HIDDEN, POD_CGROUP, fn=lambda s: f"deriv({s}[{DERIV}])")

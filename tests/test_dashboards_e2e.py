@@ -339,6 +339,8 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     for t, v in before.items():
         print(f"  {t}: {v}")
     print(f"  after the kill, OOM kills in range: {kills}")
+    grown = read_tile(prom, tiles["Fastest-growing process"], values, after)
+    print(f"  after the kill, fastest-growing process: {grown}")
     dump = os.environ.get("HEADROOM_DASHBOARD_RUN")
     if dump:
         dump_run(prom, models, values, start, end, at, after, Path(dump))
@@ -355,6 +357,7 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     assert hidden["colour"] == "orange" and 0.2 * MiB < hidden["value"] < 3 * MiB, hidden
     assert before["OOM kills in range"]["value"] in (None, 0.0)
     assert kills["value"] == 1.0 and kills["colour"] == "red", kills
+    assert grown.get("name") != "EngineCore", "a killed process is no longer 'growing'"
     # The fleet's and the node's counts too (the pod has no process left after the
     # kill: the fleet's scope must still hold it).
     for dash in ("headroom-fleet", "headroom-node"):
