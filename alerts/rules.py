@@ -92,7 +92,8 @@ _WHERE = (
 def owned(config: Config, condition: str) -> str:
     """``condition`` (per workload) kept only for the cgroup that owns the problem: a
     container whose limit binds (``OWNER``), or the pod-level cgroup unless such a
-    container of its pod meets the condition too. One problem, one alert."""
+    container of its pod meets the condition too or has the pod's limit itself (a
+    single-container pod: the pod-level cgroup is its twin). One problem, one alert."""
     return expr(
         """
         (
@@ -108,10 +109,16 @@ def owned(config: Config, condition: str) -> str:
             )
             and on ${g} ${owner}
           )
+          unless on ${pod} (
+            ${owner}
+            and on ${g}
+            ${limit}{container!=""} + ${tol} >= on ${pod} group_left () ${limit}{container=""}
+          )
         )
         """,
         cond=_indent(condition, 2), g=by(*config.group_labels),
-        pod=by(*config.pod_labels), owner=q.OWNER, headroom=q.HEADROOM,
+        pod=by(*config.pod_labels), owner=q.OWNER, headroom=q.HEADROOM, limit=q.LIMIT,
+        tol=config.owner_tolerance_bytes,
     )
 
 
@@ -303,13 +310,15 @@ def _alert(
     for_s: int,
     summary: str,
     description: str,
-    keep_firing: bool = True,
+    keep_firing_s: int | None = None,
 ) -> Rule:
+    """``keep_firing_s``: 0 for none; None for the config's (a gap must not resolve)."""
     rule: Rule = {"alert": name, "expr": condition}
     if for_s:
         rule["for"] = duration(for_s)
-    if keep_firing:
-        rule["keep_firing_for"] = duration(config.keep_firing_s)
+    keep = config.keep_firing_s if keep_firing_s is None else keep_firing_s
+    if keep:
+        rule["keep_firing_for"] = duration(keep)
     rule["labels"] = {"severity": severity}
     rule["annotations"] = {
         "summary": summary,
@@ -371,6 +380,9 @@ def filling_up_warning(config: Config) -> Rule:
         f"the pod will be OOM-killed within {duration(h)} (a one-day rise) to "
         f"{duration(long_h)} (a rise every day) unless the growth stops. The working set "
         f"may look flat: page cache is being squeezed out.",
+        # A ticket for a trend over days does not resolve because one hour's figures
+        # dipped: it keeps firing for its horizon after its condition last held.
+        keep_firing_s=h,
     )
 
 
@@ -414,6 +426,9 @@ def filling_up_critical(config: Config) -> Rule:
         f"{_workload_query(config, q.LIMIT, 'humanize1024')}B limit "
         f"({_workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used). "
         f"At this rate the kernel OOM-kills it within {duration(h)}.",
+        # "Within the hour" stays true for the hour: a page is not resolved and re-sent
+        # because the slope or the peak dipped for a few minutes.
+        keep_firing_s=h,
     )
 
 
@@ -641,7 +656,7 @@ def pod_oom_killed(config: Config) -> Rule:
         "{{ end }} in pod {{ $labels.namespace }}/{{ $labels.pod }} "
         f"({{{{ $value | humanize }}}} kill(s) in the last {w}). Open headroom's OOM "
         "post-mortem for what grew before it.",
-        keep_firing=False,
+        keep_firing_s=0,
     )
 
 
