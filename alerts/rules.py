@@ -382,7 +382,7 @@ def filling_up_warning(config: Config) -> Rule:
         f"may look flat: page cache is being squeezed out.",
         # A ticket for a trend over days does not resolve because one hour's figures
         # dipped: it keeps firing for its horizon after its condition last held.
-        keep_firing_s=h,
+        keep_firing_s=max(h, config.keep_firing_s),
     )
 
 
@@ -411,8 +411,9 @@ def filling_up_critical(config: Config) -> Rule:
         h=q.HEADROOM_LOWEST, fast=q.UNRECLAIMABLE_SUSTAINED_SHORT,
         medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM, rate=q.UNRECLAIMABLE_GROWTH_RATE,
         rise=q.UNRECLAIMABLE_BASELINE_RISE, slope=q.UNRECLAIMABLE_SLOPE,
-        ratio=q.UNRECLAIMABLE_RATIO, fast_min=config.fill_fast_min_ratio, h_s=h,
-        cap=_rise_cap(config, h),
+        ratio=q.UNRECLAIMABLE_RATIO, fast_min=config.fill_fast_min_ratio,
+        # The page must be out (its `for:` elapsed) when the kill is an hour away.
+        h_s=h + config.fill_critical_for_s, cap=_rise_cap(config, h),
     )
     return _alert(
         config, "HeadroomMemoryFillingUp", owned(config, condition), "critical",
@@ -428,7 +429,7 @@ def filling_up_critical(config: Config) -> Rule:
         f"At this rate the kernel OOM-kills it within {duration(h)}.",
         # "Within the hour" stays true for the hour: a page is not resolved and re-sent
         # because the slope or the peak dipped for a few minutes.
-        keep_firing_s=h,
+        keep_firing_s=max(h, config.keep_firing_s),
     )
 
 
