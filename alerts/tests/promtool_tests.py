@@ -178,10 +178,10 @@ def _filling_up_warning(cfg: Config) -> Test:
         ],
         "promql_expr_test": [
             *boundary("HeadroomMemoryFillingUp", "warning", "vllm", fires, LONG_STEP),
-            # Three hours of headroom: no page.
+            # Three hours of headroom at the drop, two an hour later: no page yet.
             {"expr": (
                 'count(ALERTS{alertname="HeadroomMemoryFillingUp", severity="critical"})'),
-             "eval_time": _dur(total), "exp_samples": []},
+             "eval_time": _dur(on + HOUR), "exp_samples": []},
         ],
     }
 
