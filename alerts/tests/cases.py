@@ -97,7 +97,7 @@ class Recorder:
 
     def put(self, name: str, labels: Mapping[str, str], fn: Fn) -> None:
         """One exporter series: ``fn(t)`` is its value (None: not exported then)."""
-        body = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        body = "".join(f'{k}="{v}", ' for k, v in sorted(labels.items()))
         last: dict[str, bool] = {}  # key -> last sample was a value
         for i, (t, s) in enumerate(zip(self.times, self.scrapes, strict=True)):
             v = fn(t) if s.instance is not None and s.ok else None
@@ -108,7 +108,7 @@ class Recorder:
                     last[key] = False
             if v is None or s.instance is None:
                 continue
-            key = f'{name}{{{body}, instance="{s.instance}", job="headroom"}}'
+            key = f'{name}{{{body}instance="{s.instance}", job="headroom"}}'
             self._set(key, i, float(round(v)) if abs(v) >= 1000 else round(v, 9))
             last[key] = True
 

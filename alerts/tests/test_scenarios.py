@@ -79,8 +79,8 @@ def test_a_failed_scrape_marks_series_stale_and_up_zero() -> None:
 def test_a_rollout_ends_one_instance_and_starts_another() -> None:
     rec = Recorder(range(0, 5 * MINUTE + 1, MINUTE), cases.rollouts([2 * MINUTE]))
     rec.put("m", {}, lambda t: 1.0)
-    old, new = 'm{, instance="10.0.0.10:9847", job="headroom"}', \
-        'm{, instance="10.0.0.11:9847", job="headroom"}'
+    old, new = 'm{instance="10.0.0.10:9847", job="headroom"}', \
+        'm{instance="10.0.0.11:9847", job="headroom"}'
     assert rec.out[old] == [1.0, 1.0, STALE, None, None, None]
     assert rec.out[new] == [None, None, None, 1.0, 1.0, 1.0]
 
