@@ -563,7 +563,10 @@ def from_scenario(s: object) -> Case:
     from . import scenarios as sc
 
     assert isinstance(s, sc.Scenario)
-    series: dict[str, list[Value]] = {k: list(v) for k, v in sc.render(s).items()}
+    series: dict[str, list[Value]] = {
+        k: [None if x is None else float(round(x)) if abs(x) >= 1000 else round(x, 9)
+            for x in v]
+        for k, v in sc.render(s).items()}
     expect: set[Key] = set()
     leads: dict[Key, int] = {}
     if s.kill_s is not None:
