@@ -1,9 +1,10 @@
 """After an OOM kill the evidence is gone with the container: keep it.
 
-- The **OOM watcher** (driven by the sampler thread, once a second) reads each tracked
-  container cgroup's kill counter (v2 ``memory.events.local`` ``oom_kill``, else
-  ``memory.events``; v1 ``memory.oom_control``). Both count kills of processes *in* that
-  cgroup, whichever limit was hit. The victim comes from the kernel log (``/dev/kmsg``:
+- The **OOM watcher** (driven by the sampler thread, once a second) reads each kill
+  domain's counter: v2 ``memory.events`` ``oom_kill`` of the pod-level cgroup
+  (hierarchical: kills in any of its containers), v1 ``memory.oom_control`` of each
+  container (v1 counts a kill only in the victim's own cgroup), whichever limit was hit.
+  The victim comes from the kernel log (``/dev/kmsg``:
   ``oom-kill:...,task_memcg=<cgroup>,task=<comm>,pid=<pid>``) when readable, its full name
   from headroom's last process table; without the kernel log, the largest process of that
   cgroup that is gone is named, marked as a guess.
@@ -221,9 +222,10 @@ class FlightRecorder:
 
 def read_oom_kills(hierarchy: MemoryHierarchy, rel: str,
                    read: Callable[[str], str]) -> int | None:
-    """Kills of processes in this cgroup (None when the kernel has no such counter)."""
-    names = ("memory.events.local", "memory.events") if hierarchy.version == 2 else (
-        "memory.oom_control",)
+    """Kills of processes in this cgroup and, on v2, beneath it (None when the kernel has
+    no such counter). Not v2's ``memory.events.local``: it counts only processes directly
+    in the cgroup, and a pod-level cgroup holds none (seen on a real v2 kernel)."""
+    names = ("memory.events",) if hierarchy.version == 2 else ("memory.oom_control",)
     for name in names:
         try:
             text = read(hierarchy.file(rel, name))
