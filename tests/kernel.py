@@ -11,6 +11,7 @@ driven by commands on its stdin:
     burst MiB MS    allocate MiB, hold it MS milliseconds, free it
     grow MiB MS     keep allocating MiB every MS milliseconds (until killed)
     free            drop all anonymous memory held
+    name COMM       set the process's comm (what the kernel log names it by)
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ for line in sys.stdin:
         while True:
             held.append(touch(int(args[0])))
             time.sleep(int(args[1]) / 1000)
+    elif cmd == "name":
+        import ctypes
+        ctypes.CDLL(None).prctl(15, args[0].encode(), 0, 0, 0)  # PR_SET_NAME
     elif cmd == "free":
         for m in held:
             m.close()
