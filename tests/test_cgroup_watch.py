@@ -1,0 +1,103 @@
+"""Finding cgroups between scrapes (exporter/cgroup_watch.py) on a directory tree shaped
+like a kubelet's: the same answers from inotify and from the scan. inotify reports mkdir
+on any filesystem, so this runs without root; the real cgroupfs (v1 and v2) is covered
+by tests/test_kernel_kills.py."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from exporter.cgroup_watch import CgroupTree
+from exporter.paths import MemoryHierarchy
+
+CID = "ab" * 32
+
+
+@pytest.fixture(params=["inotify", "scan"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def make(tmp_path: Path, mode: str, now: list[float]) -> CgroupTree:
+    return CgroupTree(MemoryHierarchy(tmp_path, 2), "kubepods",
+                      use_inotify=mode == "inotify", scan_interval=1.0,
+                      clock=lambda: now[0])
+
+
+def test_pods_and_containers_found_removed_and_marked_young(tmp_path: Path, mode: str) -> None:
+    now = [0.0]
+    old_uid = str(uuid.uuid4())
+    (tmp_path / f"kubepods/burstable/pod{old_uid}/{CID}").mkdir(parents=True)
+    (tmp_path / "kubepods/besteffort").mkdir()
+    t = make(tmp_path, mode, now)
+    first = t.refresh()
+    assert {r.path for r in first.added} == {f"kubepods/burstable/pod{old_uid}",
+                                             f"kubepods/burstable/pod{old_uid}/{CID}"}
+    assert not any(t.young(r.path) for r in first.added)  # there when the exporter started
+    assert not t.refresh()
+    # A new Guaranteed pod (directly under kubepods) and a container in it, then a
+    # container in a new QoS-level pod: all found by the next refresh (a tick).
+    uid = str(uuid.uuid4())
+    (tmp_path / f"kubepods/pod{uid}").mkdir()
+    (tmp_path / f"kubepods/pod{uid}/{CID}").mkdir()
+    (tmp_path / f"kubepods/besteffort/pod{uid[::-1]}").mkdir()  # not a uid: ignored
+    now[0] += 1.0
+    got = t.refresh()
+    ref = {r.path: r for r in got.added}
+    assert set(ref) == {f"kubepods/pod{uid}", f"kubepods/pod{uid}/{CID}"}
+    c = ref[f"kubepods/pod{uid}/{CID}"]
+    assert (c.pod_uid, c.container_id, c.qos) == (uid, CID, "guaranteed")
+    assert t.young(c.path) and t.young(f"kubepods/pod{uid}")
+    # The container exits and the runtime removes its cgroup, then the pod goes.
+    (tmp_path / f"kubepods/pod{uid}/{CID}").rmdir()
+    now[0] += 1.0
+    assert t.refresh().removed == (f"kubepods/pod{uid}/{CID}",)
+    (tmp_path / f"kubepods/pod{uid}").rmdir()
+    (tmp_path / f"kubepods/burstable/pod{old_uid}/{CID}").rmdir()
+    (tmp_path / f"kubepods/burstable/pod{old_uid}").rmdir()
+    now[0] += 1.0
+    assert set(t.refresh().removed) == {f"kubepods/pod{uid}",
+                                        f"kubepods/burstable/pod{old_uid}/{CID}",
+                                        f"kubepods/burstable/pod{old_uid}"}
+    assert t.refs == {}
+    t.close()
+
+
+def test_kubepods_appearing_later_is_picked_up(tmp_path: Path, mode: str) -> None:
+    now = [0.0]
+    t = make(tmp_path, mode, now)
+    assert not t.refresh()  # no kubelet yet
+    uid = str(uuid.uuid4())
+    (tmp_path / f"kubepods/burstable/pod{uid}/{CID}").mkdir(parents=True)
+    now[0] += 1.0
+    assert len(t.refresh().added) == 2
+    t.close()
+
+
+def test_scan_mode_lists_at_its_interval_only(tmp_path: Path) -> None:
+    now = [0.0]
+    (tmp_path / "kubepods").mkdir()
+    t = make(tmp_path, "scan", now)
+    t.refresh()
+    uid = str(uuid.uuid4())
+    (tmp_path / f"kubepods/pod{uid}").mkdir()
+    now[0] += 0.5
+    assert not t.refresh()  # half an interval: not listed yet
+    now[0] += 0.5
+    assert [r.path for r in t.refresh().added] == [f"kubepods/pod{uid}"]
+    assert t.mode == "scan"
+
+
+def test_inotify_mode_sees_a_change_without_waiting_for_an_interval(tmp_path: Path) -> None:
+    now = [0.0]
+    (tmp_path / "kubepods").mkdir()
+    t = make(tmp_path, "inotify", now)
+    assert t.mode == "inotify" and t.fileno() is not None
+    t.refresh()
+    uid = str(uuid.uuid4())
+    (tmp_path / f"kubepods/pod{uid}").mkdir()
+    assert [r.path for r in t.refresh().added] == [f"kubepods/pod{uid}"]  # same instant
+    t.close()
