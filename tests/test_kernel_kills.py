@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.pipeline import Pipeline
+from exporter.factory import Exporter as Pipeline
 from tests.kernel import Grower, KubeTree, kube_tree, oom_kills
 from tests.test_kernel import SKIP, Scrape, make_pipeline, scrape, wait_samples
 
@@ -51,7 +51,6 @@ def start(tree: KubeTree, tmp_path: Path, pipelines: list[Pipeline]) -> Pipeline
     p = make_pipeline(tree, flight_recorder_dir=tmp_path / "oom", kmsg=Path("/dev/kmsg"),
                       sampler_interval=0.2)
     pipelines.append(p)
-    p.hierarchy()  # builds the components and starts the sampler, as serve does
     return p
 
 
@@ -124,7 +123,7 @@ async def test_f3_restart_does_not_recount_past_kills(
 async def test_f12_a_kill_before_the_first_scrape_names_the_victim(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
     p = start(tree, tmp_path, pipelines)
-    uid0, pod0 = tree.pod()
+    uid0, _ = tree.pod()
     await scrape(p, uid0, "")  # the exporter has scraped: the new pod below is unseen
     uid, pod = tree.pod(limit=1024 * MiB)
     cid, container = tree.container(pod, limit=64 * MiB)
