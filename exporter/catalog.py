@@ -80,6 +80,22 @@ MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
     "Time tasks of the cgroup stalled on memory (PSI memory.pressure, cgroup v2), by level "
     "(some, full).",
 )
+MEMORY_HIGH_BYTES = MetricSpec(
+    "headroom_memory_high_bytes", "gauge", W,
+    "memory.high where set (cgroup v2; Kubernetes MemoryQoS writes it when configured): "
+    "above it the kernel throttles and reclaims the cgroup (memory.events high counts it) "
+    "instead of killing; absent when unset (max).",
+)
+MEMORY_MIN_BYTES = MetricSpec(
+    "headroom_memory_min_bytes", "gauge", W,
+    "memory.min where set (cgroup v2; MemoryQoS sets it to the memory request): memory "
+    "the kernel never reclaims from the cgroup; absent when 0.",
+)
+MEMORY_LOW_BYTES = MetricSpec(
+    "headroom_memory_low_bytes", "gauge", W,
+    "memory.low where set (cgroup v2): memory reclaimed from the cgroup only when nothing "
+    "else is left (best-effort protection); absent when 0.",
+)
 MEMORY_SWAP_BYTES = MetricSpec(
     "headroom_memory_swap_bytes", "gauge", W,
     "Swap used by the cgroup: memory.swap.current (v2) or total_swap of memory.stat (v1).",

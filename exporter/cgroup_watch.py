@@ -286,8 +286,8 @@ class KillNotifier:
 
     ``register(path)`` arms one (v2: an inotify watch on memory.events; v1: an eventfd on
     memory.oom_control); it returns False when the kernel refused, and that domain is then
-    read every tick. ``fds()`` are what the sampler waits on; ``ready(fd)`` names the
-    domains to read after ``fd`` woke it.
+    read every tick. ``take_new_fds()`` are what the sampler waits on; ``ready(fd)`` names
+    the domains to read after ``fd`` woke it.
     """
 
     def __init__(self, hierarchy: MemoryHierarchy) -> None:
@@ -297,6 +297,7 @@ class KillNotifier:
         self._wd_of: dict[str, int] = {}
         self._eventfd: dict[int, str] = {}  # v1: eventfd -> domain
         self._fd_of: dict[str, int] = {}
+        self._handed: set[int] = set()  # descriptors the caller already waits on
         if hierarchy.version == 2:
             try:
                 self._inotify = Inotify()
@@ -353,13 +354,19 @@ class KillNotifier:
             efd = self._fd_of.pop(path, None)
             if efd is not None:
                 self._eventfd.pop(efd, None)
+                self._handed.discard(efd)  # its number may come back with the next one
                 os.close(efd)
 
-    def fds(self) -> list[int]:
-        out = list(self._eventfd)
+    def take_new_fds(self) -> list[int]:
+        """Descriptors to wait on that were not handed out before (a closed eventfd
+        leaves an epoll set by itself)."""
+        fds = set(self._eventfd)
         if self._inotify is not None:
-            out.append(self._inotify.fd)
-        return out
+            fds.add(self._inotify.fd)
+        self._handed &= fds
+        new = sorted(fds - self._handed)
+        self._handed.update(new)
+        return new
 
     def ready(self, fd: int) -> list[str]:
         if self._inotify is not None and fd == self._inotify.fd:

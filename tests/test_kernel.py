@@ -291,3 +291,37 @@ async def test_a_child_in_a_64mib_limit_is_oom_killed_and_counted(
         s2 = await scrape(p, uid, cid)
         assert not s2.has("headroom_memory_usage_bytes")  # the container is gone
         assert s2.get("headroom_memory_events_total", container=False, event="oom_kill") == 1
+
+
+async def test_memory_qos_knobs_and_the_high_event(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    """Kubernetes MemoryQoS on v2: memory.high, memory.min and memory.low exported where
+    set (absent where not: the pod level here), and ``high`` counting the kernel's reclaim
+    above memory.high (page cache over it: reclaimed without throttling). v1 has none."""
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod)
+    d = tree.hierarchy.dir(container)
+    if tree.version == 2:
+        (d / "memory.high").write_text(str(32 * MiB))
+        (d / "memory.min").write_text(str(8 * MiB))
+        (d / "memory.low").write_text(str(16 * MiB))
+    p = make_pipeline(tree)
+    pipelines.append(p)
+    g = Grower(tree.hierarchy, container)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        try:
+            s0 = await scrape(p, uid, cid)
+            g.send(f"file 64 {tmp}/pagecache")
+            s1 = await scrape(p, uid, cid)
+        finally:
+            g.close()
+    knobs = ("headroom_memory_high_bytes", "headroom_memory_min_bytes",
+             "headroom_memory_low_bytes")
+    if tree.version == 1:
+        assert not any(s1.has(k, level) for k in knobs for level in (True, False))
+        return
+    assert [s1.get(k) for k in knobs] == [32 * MiB, 8 * MiB, 16 * MiB]
+    assert not any(s1.has(k, container=False) for k in knobs)  # unset on the pod
+    high = "headroom_memory_events_total"
+    assert s1.get(high, event="high") > s0.get(high, event="high")
+    assert s1.get("headroom_memory_usage_bytes") <= 40 * MiB  # held near memory.high

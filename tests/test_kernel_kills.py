@@ -169,11 +169,17 @@ async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_
     cgroup appearing and the kill, 3 s later."""
     p = start(tree, tmp_path, pipelines)
     await wait_samples(p, 2)
-    uid, pod = tree.pod(limit=1024 * MiB)
-    cid, container = tree.container(pod, limit=64 * MiB)
-    born = time.monotonic()
-    g = await asyncio.to_thread(kill_in, tree, container, "grow 2 100")  # ~20 MiB/s
-    lived = time.monotonic() - born
+    g = Grower(tree.hierarchy, tree.staging())  # started, not yet in the container
+    try:
+        uid, pod = tree.pod(limit=1024 * MiB)
+        cid, container = tree.container(pod, limit=64 * MiB)
+        born = time.monotonic()
+        g.move(tree.hierarchy, container)
+        g.send("grow 2 100", wait=False)  # about 20 MiB/s: the limit in about 3 s
+        assert await asyncio.to_thread(g.wait, 60) == -9, "the OOM killer ends the grower"
+        lived = time.monotonic() - born
+    finally:
+        g.close()
     assert 2.0 <= lived <= 8.0, f"the container lived {lived:.1f} s, not about 3 s"
     await asyncio.sleep(0.5)
     s = await counted(p, uid, cid)
