@@ -12,6 +12,7 @@ driven by commands on its stdin:
     grow MiB MS     keep allocating MiB every MS milliseconds (until killed)
     free            drop all anonymous memory held
     name COMM       set the process's comm (what the kernel log names it by)
+    spawn           fork a child that sleeps (a second process in the cgroup)
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ for line in sys.stdin:
     elif cmd == "name":
         import ctypes
         ctypes.CDLL(None).prctl(15, args[0].encode(), 0, 0, 0)  # PR_SET_NAME
+    elif cmd == "spawn":
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
     elif cmd == "free":
         for m in held:
             m.close()

@@ -163,6 +163,29 @@ async def test_f14_a_process_name_cannot_spoof_the_victim_pid(
     assert docs[0]["pod"] == uid
 
 
+async def test_a_group_kill_of_two_processes_is_one_kill(
+        tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
+    """v2 with memory.oom.group (what the kubelet sets on v2): the kernel kills every
+    process of the container, oom_kill rises by two and oom_group_kill by one: one kill.
+    v1 kills the largest process only: one kill too."""
+    p = start(tree, tmp_path, pipelines)
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod, limit=64 * MiB)
+    if tree.version == 2:
+        (tree.hierarchy.dir(container) / "memory.oom.group").write_text("1")
+    g = kill_in(tree, container, before=("spawn",))
+    s = await counted(p, uid, cid)
+    await asyncio.sleep(2.5)  # every Killed-process line read, the counters settled
+    s = await scrape(p, uid, cid)
+    assert kills_of(s) == one_kill(uid)
+    if tree.version == 2:
+        assert oom_kills(tree.hierarchy, container) == 2  # both processes
+        assert s.get("headroom_memory_events_total", event="oom_group_kill") == 1
+    docs = documents(tmp_path)
+    assert len(docs) == 1 and docs[0]["victim"] == {
+        "process": NAME, "pid": g.proc.pid, "source": "kmsg"}
+
+
 async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_and_recorded(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
     """The young OOM (a model load, a first burst): no scrape between the container's
