@@ -73,7 +73,9 @@ MEMORY_PEAK_BYTES = MetricSpec(
 MEMORY_EVENTS_TOTAL = MetricSpec(
     "headroom_memory_events_total", "counter", (*W, "event"),
     "Memory events from memory.events (v2: low, high, max, oom, oom_kill, oom_group_kill; "
-    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control.",
+    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control; "
+    "a v1 pod-level oom_kill is its containers' kills (v1 counts none there), kept after a "
+    "container's cgroup is removed.",
 )
 MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
     "headroom_memory_pressure_seconds_total", "counter", (*W, "level"),
@@ -187,7 +189,8 @@ VLLM_PREEMPTIONS_TOTAL = MetricSpec(
 # --- post-mortem -----------------------------------------------------------------------
 OOM_KILLS_TOTAL = MetricSpec(
     "headroom_oom_kills_total", "counter", (*W, "process"),
-    "OOM kills seen by headroom's watcher, with the victim's process name when known.",
+    "OOM kills seen by headroom's watcher since it started, once each (a memory.oom.group "
+    "kill of several processes is one), with the victim's process name when known.",
 )
 
 # --- exporter health --------------------------------------------------------------------
