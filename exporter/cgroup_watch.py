@@ -172,6 +172,7 @@ class CgroupTree:
         root = self.kubepods
         if root not in self._dirs:
             if _subdirs(self._path(root)) is None:
+                self._listed = True  # what appears from now on is new
                 return Changes()  # no kubepods (yet): look again next time
             self._dirs[root] = (_ROOT, None)
             self._watch(root)

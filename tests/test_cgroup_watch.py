@@ -73,7 +73,9 @@ def test_kubepods_appearing_later_is_picked_up(tmp_path: Path, mode: str) -> Non
     uid = str(uuid.uuid4())
     (tmp_path / f"kubepods/burstable/pod{uid}/{CID}").mkdir(parents=True)
     now[0] += 1.0
-    assert len(t.refresh().added) == 2
+    added = t.refresh().added
+    assert len(added) == 2
+    assert all(t.young(r.path) for r in added)  # created after the exporter started
     t.close()
 
 
