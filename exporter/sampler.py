@@ -67,6 +67,7 @@ SampleListener = Callable[[Sample], None]
 WatchRoot = Callable[[], tuple[MemoryHierarchy, str | None]]
 WATCH_RETRY = 1.0  # seconds between attempts to find the memory hierarchy
 KUBEPODS_RETRY = 30.0  # seconds between searches for a kubepods cgroup (a bounded walk)
+RESYNC = 30.0  # seconds between reads of every kill counter, notified or not (a safety net)
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class PeakSampler:
         self._watch_root = watch_root
         self._use_inotify = use_inotify
         self._watch_at = -1e18
+        self._resync_at = -1e18
         # The sampling thread's own state:
         self.tree: CgroupTree | None = None
         self._notifier: KillNotifier | None = None
@@ -239,7 +241,12 @@ class PeakSampler:
         if self._listener is not None:
             notifier = self._notifier
             due = self._notified() | set(added)
-            due.update(p for p in self._domains if notifier is None or not notifier.armed(p))
+            if now >= self._resync_at:
+                self._resync_at = now + RESYNC
+                due.update(self._domains)
+            else:
+                due.update(p for p in self._domains
+                           if notifier is None or not notifier.armed(p))
             for path in due:
                 try:
                     c = read_kill_counters(h, path, self._files.read_text)

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from exporter.cgroup_watch import CgroupTree
+from exporter.collectors.cgroup import KillCounters
 from exporter.paths import MemoryHierarchy
+from exporter.sampler import Domain, PeakSampler, Sample
 
 CID = "ab" * 32
 
@@ -103,3 +105,45 @@ def test_inotify_mode_sees_a_change_without_waiting_for_an_interval(tmp_path: Pa
     (tmp_path / f"kubepods/pod{uid}").mkdir()
     assert [r.path for r in t.refresh().added] == [f"kubepods/pod{uid}"]  # same instant
     t.close()
+
+
+def write_cgroup(d: Path, usage: int, kills: int = 0) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "memory.current").write_text(f"{usage}\n")
+    (d / "memory.peak").write_text(f"{usage}\n")
+    (d / "memory.events").write_text(
+        f"low 0\nhigh 0\nmax 0\noom 0\noom_kill {kills}\noom_group_kill 0\n")
+
+
+def test_the_sampler_samples_a_new_container_on_its_next_tick_without_a_scrape(
+        tmp_path: Path) -> None:
+    """The sampler's own listing: a container that appears is sampled on the next tick,
+    its pod's kill counter followed (young: it started at zero after the sampler did),
+    and a notified counter rise reaches the listener, all with no scrape at all."""
+    uid = str(uuid.uuid4())
+    old = tmp_path / f"kubepods/burstable/pod{uid}"
+    write_cgroup(old, 10 << 20, kills=4)  # 4 kills before the start: history
+    samples: list[Sample] = []
+    h = MemoryHierarchy(tmp_path, 2)
+    s = PeakSampler(0.2, 30.0, listener=samples.append,
+                    watch_root=lambda: (h, "kubepods"))
+    s.sample_once()
+    assert samples[-1].added == {f"kubepods/burstable/pod{uid}": Domain(None, False)}
+    assert samples[-1].counters[f"kubepods/burstable/pod{uid}"].oom_kill == 4
+    new_uid = str(uuid.uuid4())
+    pod = tmp_path / f"kubepods/pod{new_uid}"
+    write_cgroup(pod, 5 << 20)
+    write_cgroup(pod / CID, 5 << 20)
+    s.sample_once()
+    last = samples[-1]
+    assert {r.path for r in last.found} == {f"kubepods/pod{new_uid}",
+                                            f"kubepods/pod{new_uid}/{CID}"}
+    assert last.added == {f"kubepods/pod{new_uid}": Domain(None, True)}
+    assert last.usage[f"kubepods/pod{new_uid}/{CID}"] == 5 << 20
+    assert s.peak(f"kubepods/pod{new_uid}/{CID}") == 5 << 20
+    s.sample_once()
+    assert samples[-1].counters == {}  # nothing moved: no counter read at all
+    write_cgroup(pod, 60 << 20, kills=1)  # the kernel's notification: memory.events moved
+    s.sample_once()
+    assert samples[-1].counters == {f"kubepods/pod{new_uid}": KillCounters(1, 0)}
+    s.stop()
