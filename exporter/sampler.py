@@ -334,6 +334,8 @@ class PeakSampler:
 
 
 def _kill_domains(refs: Iterable[CgroupRef], version: int) -> list[str]:
-    """The cgroups whose counters count each kill once (see oom/watcher.py)."""
+    """The cgroups whose counters count each kill once: on v2 the pod-level cgroup
+    (memory.events is hierarchical and outlives a killed container), on v1 each container
+    (v1 counts a kill only in the victim's own cgroup); a tracked cgroup as it is."""
     return [r.path for r in refs
             if r.pod_uid is None or (r.is_pod_level if version == 2 else not r.is_pod_level)]

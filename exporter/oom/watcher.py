@@ -74,12 +74,6 @@ class OomKill:
     victim_source: str  # "kmsg", "guess" or "unknown"
 
 
-def kill_domains(refs: Iterable[tuple[str, str | None, bool]], version: int) -> list[str]:
-    """(path, pod uid, is pod level) -> the cgroups whose counters count each kill once."""
-    return [path for path, pod_uid, pod_level in refs
-            if pod_uid is None or (pod_level if version == 2 else not pod_level)]
-
-
 def kills_between(before: KillCounters, after: KillCounters) -> int:
     """Kill events between two reads of one domain: a group kill is one, whatever the
     number of processes it took (a fresh cgroup under the same path restarts at 0)."""
