@@ -166,7 +166,8 @@ async def test_f14_a_process_name_cannot_spoof_the_victim_pid(
 async def test_a_group_kill_of_two_processes_is_one_kill(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
     """v2 with memory.oom.group (what the kubelet sets on v2): the kernel kills every
-    process of the container, oom_kill rises by two and oom_group_kill by one: one kill.
+    process of the container, oom_kill rises by two or more and oom_group_kill by one: one
+    kill.
     v1 kills the largest process only: one kill too."""
     p = start(tree, tmp_path, pipelines)
     uid, pod = tree.pod(limit=1024 * MiB)
@@ -179,7 +180,9 @@ async def test_a_group_kill_of_two_processes_is_one_kill(
     s = await scrape(p, uid, cid)
     assert kills_of(s) == one_kill(uid)
     if tree.version == 2:
-        assert oom_kills(tree.hierarchy, container) == 2  # both processes
+        # oom_kill counts every process the group kill signalled, the chosen victim
+        # twice (seen on 6.1: 3 for 2 processes): only oom_group_kill counts kills.
+        assert oom_kills(tree.hierarchy, container) >= 2
         assert s.get("headroom_memory_events_total", event="oom_group_kill") == 1
     docs = documents(tmp_path)
     assert len(docs) == 1 and docs[0]["victim"] == {

@@ -9,8 +9,9 @@ kill domains it follows; after every scrape with each cgroup's labels and proces
   outlives the container the kernel killed in), each container cgroup on v1 (v1 counts a
   kill only in the victim's own cgroup), a tracked cgroup outside Kubernetes as it is.
 - **One kill, one count.** v2 with ``memory.oom.group`` (Kubernetes sets it on v2 nodes)
-  kills every process of the container: ``oom_kill`` rises by the number of processes and
-  ``oom_group_kill`` by one. A rise of ``oom_group_kill`` is one kill per group.
+  kills every process of the container: ``oom_kill`` rises once per process signalled (the
+  chosen victim twice: 3 for 2 processes on 6.1) and ``oom_group_kill`` by one. A rise of
+  ``oom_group_kill`` is one kill per group.
 - **History is not news** (F3). A domain's counters at its first read are the baseline,
   unless the domain appeared after the exporter's first listing of the node
   (``young``): its counters then started at zero after headroom did, and a kill read at
