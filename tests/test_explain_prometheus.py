@@ -134,7 +134,7 @@ def test_no_data(prometheus: str) -> None:
 
 def test_judged_in_the_past(prometheus: str) -> None:
     """--time: as of 2 days ago the engine leak had no lasting growth to show yet."""
-    rc, doc = explain_json(prometheus, f"llm/vllm-engine-0")
+    rc, doc = explain_json(prometheus, "llm/vllm-engine-0")
     assert rc == 1
     at = time.time() - 2 * 86400
     rc, out, _ = explain(prometheus, "llm/vllm-engine-0", f"--time={at}", "--output=json")
