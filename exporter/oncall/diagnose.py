@@ -233,11 +233,11 @@ def fmt_rate(per_s: float | None) -> str:
         return "n/a"
     sign = "+" if per_s >= 0 else "-"
     a = abs(per_s)
-    if a * DAY < 100 * GiB:
-        return f"{sign}{fmt_bytes(a * DAY)}/day"
-    if a * 60 < 64 * MiB:
+    if a >= MiB:
+        return f"{sign}{fmt_bytes(a)}/s"
+    if a * HOUR >= GiB:
         return f"{sign}{fmt_bytes(a * HOUR)}/h"
-    return f"{sign}{fmt_bytes(a)}/s"
+    return f"{sign}{fmt_bytes(a * DAY)}/day"
 
 
 def fmt_duration(s: float) -> str:

@@ -214,7 +214,7 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory") -> st
             out.append(f'<path class="usage" fill="none" stroke="#111" stroke-width="1.5" '
                        f'd="{_path(d.usage, x, y)}"><title>usage (1 s)</title></path>')
         if d.unreclaimable:
-            out.append(f'<path class="unreclaimable" fill="none" stroke="#d62728" '
+            out.append(f'<path class="unreclaimable" fill="none" stroke="#e6550d" '
                        f'stroke-width="3" d="{_path(d.unreclaimable, x, y)}">'
                        f'<title>unreclaimable</title></path>')
     if d.limit:
@@ -237,7 +237,7 @@ def _legend(d: ChartData, kind: str) -> str:
         items = [(PROCESS_COLOURS[i % len(PROCESS_COLOURS)], s.name)
                  for i, s in enumerate(d.processes)]
     else:
-        items = [("#111", "usage (1 s samples)"), ("#d62728", "unreclaimable"),
+        items = [("#111", "usage (1 s samples)"), ("#e6550d", "unreclaimable"),
                  *((KIND_COLOURS.get(s.name, "#ccc"), s.name) for s in d.kinds)]
     items.append(("#000", "limit (dashed)"))
     return '<ul class="legend">' + "".join(
@@ -323,7 +323,8 @@ def _process_table(scrape: Mapping[str, Any]) -> str:
 
 def render_document(name: str, doc: Mapping[str, Any]) -> str:
     kill = _num(doc.get("time")) or 0.0
-    window = _num(doc.get("window_seconds")) or 900.0
+    # A window from the document, within sense: the chart divides by it.
+    window = min(max(_num(doc.get("window_seconds")) or 900.0, 60.0), 86400.0)
     victim = _dict(doc.get("victim"))
     process = _str(victim.get("process") or "unknown", 80)
     source = {"kmsg": "named by the kernel log", "guess": "a guess: the largest process "
