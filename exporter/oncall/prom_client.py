@@ -118,9 +118,10 @@ class PromClient:
                     try:
                         body = await resp.json(content_type=None)
                     except (ValueError, aiohttp.ContentTypeError):
-                        raise PromError(
-                            f"{self.url}: HTTP {resp.status}, not a Prometheus answer"
-                        ) from None
+                        hint = (" (check --prometheus.username and --prometheus.password-file)"
+                                if resp.status in (401, 403) else "")
+                        raise PromError(f"{self.url}: HTTP {resp.status} {resp.reason}, "
+                                        f"not a Prometheus answer{hint}") from None
             except aiohttp.ClientError as exc:
                 raise PromError(f"{self.url}: {exc}") from exc
             except asyncio.TimeoutError as exc:
