@@ -140,7 +140,7 @@ def test_stale_shm_is_a_cause_with_a_remedy_even_when_healthy() -> None:
 def test_kills_make_a_pod_at_risk_and_link_the_post_mortem() -> None:
     d = diagnose(ev(cgroup(), kills=(KillEvidence("vllm", "EngineCore", 3, 1, "node-1:9847"),
                                       KillEvidence("", "unknown", 0, 0, "node-1:9847"))))
-    assert d.verdict == AT_RISK and "1 OOM kill in the last day" in d.summary
+    assert d.verdict == AT_RISK and "1 OOM kill in the last day (victim EngineCore)" in d.summary
     assert [(k.process, k.total, k.postmortem) for k in d.kills] == [
         ("EngineCore", 3, "http://node-1:9847/debug/oom/")]
 
@@ -224,3 +224,17 @@ def test_json_output_is_the_whole_diagnosis() -> None:
     text = x.to_text(d)
     assert text.startswith("llm/vllm-0: AT RISK") and "\x1b[" not in text
     assert "\x1b[1;31m" in x.to_text(d, x.ansi)
+
+
+def test_every_runbook_named_exists() -> None:
+    """The runbooks explain links to are the alerts' (alerts/runbooks/NAME.md)."""
+    import re
+    from pathlib import Path
+
+    from exporter.oncall import diagnose as dg
+
+    root = Path(__file__).parent.parent
+    names = set(re.findall(r'"(Headroom[A-Za-z]+)"', Path(dg.__file__).read_text()))
+    assert names >= {"HeadroomMemoryFillingUp", "HeadroomPodOOMKilled"}
+    missing = sorted(n for n in names if not (root / "alerts" / "runbooks" / f"{n}.md").is_file())
+    assert not missing, missing

@@ -248,7 +248,7 @@ def test_explain_names_the_growing_process_then_the_kill(stack: Stack) -> None:
     assert rc == 1
     assert [(k["process"], k["last_day"]) for k in doc["kills"]] == [(VICTIM, 1)]
     assert doc["kills"][0]["postmortem"] == f"{stack.exporter}/debug/oom/"
-    assert "1 OOM kill in the last day" in doc["summary"]
+    assert f"1 OOM kill in the last day (victim {VICTIM})" in doc["summary"]
 
 
 # --- the post-mortem page in Chromium ----------------------------------------------------
@@ -264,8 +264,11 @@ def test_postmortem_page_in_chromium(stack: Stack) -> None:
         pytest.skip("needs the kill of the explain test")
     deadline = time.monotonic() + 30
     names: list[str] = []
+    uid = stack.pods["oom"]
     while time.monotonic() < deadline and not names:
-        names = [p.name for p in (stack.tmp / "oom").glob("*.json")]
+        # Only this pod's: other tests on the machine may OOM-kill in their own cgroups.
+        names = [p.name for p in (stack.tmp / "oom").glob("*.json")
+                 if json.loads(p.read_text())["pod"] == uid]
         time.sleep(0.5)
     assert len(names) == 1, names
     url = f"{stack.exporter}/debug/oom/{names[0]}"

@@ -489,8 +489,10 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
            for c in causes):
         reasons.append("vLLM's CPU KV-offload tier does not fit in the headroom")
     recent = sum(k.last_day for k in kills)
-    if recent:
-        reasons.append(f"{recent} OOM kill{'s' if recent > 1 else ''} in the last day")
+    if recent:  # first: a pod that was just killed will be again
+        victims = ", ".join(dict.fromkeys(k.process for k in kills if k.last_day))
+        reasons.insert(0, f"{recent} OOM kill{'s' if recent > 1 else ''} in the last day "
+                          f"(victim {victims})")
     verdict = AT_RISK if reasons else HEALTHY
 
     grew = [g for g in growth if g.what != "page_cache"]
