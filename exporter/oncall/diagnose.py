@@ -397,8 +397,9 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
                 f"({use} in use; /dev/shm/vllm_offload_*.mmap); "
                 f"{fmt_bytes(pending)} still to fill against {fmt_bytes(close.headroom)} of "
                 "headroom" + (": the pod is killed when the tier fills, however slowly"
-                              if wont_fit else "") + ". Pinned host buffers are rounded up "
-                "to a power of two by torch, so host memory can reach twice the size set.",
+                              if wont_fit else "") + ". Where the tier is pinned host "
+                "memory, torch's allocator rounds each buffer up to a power of two: host "
+                "memory can reach up to twice the size set.",
                 ("--kv-offloading-size",), _runbook(base, "HeadroomKVOffloadWillNotFit")))
 
     shm_mounts = [t for t in tmpfs if (_rate_of(t.used, sustained) or 0.0) > thr]
@@ -461,6 +462,26 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
 def _suggested_limit(peak: float) -> float:
     step = GiB if peak >= 8 * GiB else 64 * MiB
     return math.ceil(peak * LIMIT_MARGIN / step) * step
+
+
+def _limit_advice(cg: CgroupEvidence, close: Closeness) -> str:
+    """The limit that holds the observed peak (and, while it grows, a planning horizon
+    of growth): a stopgap, said as one when growth is what kills."""
+    peak = max(cg.peak_unreclaimable_1d or 0.0, close.unreclaimable)
+    growing = close.lasting_rate is not None and close.time_to_limit_s is not None
+    need = peak + (close.lasting_rate or 0.0) * AT_RISK_HORIZON if growing else peak
+    limit = _suggested_limit(need)
+    what = (f"the last day's unreclaimable peak ({fmt_bytes(peak)})" if not growing else
+            f"the peak ({fmt_bytes(peak)}) plus {fmt_duration(AT_RISK_HORIZON)} of growth "
+            f"at {fmt_rate(close.lasting_rate)}")
+    if limit <= cg.limit and not growing:
+        return (f"the {fmt_bytes(cg.limit)} limit holds {what} with "
+                f"{LIMIT_MARGIN - 1:.0%} for page cache")
+    line = (f"a limit of {fmt_bytes(limit)} (now {fmt_bytes(cg.limit)}) holds {what} "
+            f"with {LIMIT_MARGIN - 1:.0%} for page cache")
+    if growing:
+        line += ": a stopgap, the growth itself must be fixed"
+    return line
 
 
 def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
@@ -526,15 +547,7 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         for c in causes:
             if c.settings:
                 actions.append(f"{c.title}: check {', '.join(c.settings)}")
-        peak = max(cg.peak_unreclaimable_1d or 0.0, close.unreclaimable)
-        limit = _suggested_limit(peak)
-        line = (f"a limit of {fmt_bytes(limit)} holds the last day's unreclaimable peak "
-                f"({fmt_bytes(peak)}) with {LIMIT_MARGIN - 1:.0%} for page cache")
-        if close.lasting_rate and close.time_to_limit_s is not None:
-            line += (f"; at {fmt_rate(close.lasting_rate)} it only buys "
-                     f"{fmt_duration((limit - close.unreclaimable) / close.lasting_rate)}: "
-                     "the growth itself must be fixed")
-        actions.append(line)
+        actions.append(_limit_advice(cg, close))
         if any(c.code == "stale_shm" for c in causes):
             actions.append("remove the stale files (kubectl exec POD -- ls -la /dev/shm) "
                            "or delete the pod: only a new pod gets a fresh /dev/shm")

@@ -15,7 +15,9 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -248,6 +250,17 @@ def plain(text: str, style: str) -> str:
     return text
 
 
+_UNIT = re.compile(r"(\d) (GiB|MiB|KiB|B|days|h|min|s)\b")
+
+
+def _wrap(text: str, width: int = 100, bullet: str = "  - ") -> list[str]:
+    """A bullet wrapped for a terminal; URLs and "2.0 GiB/day" are never broken."""
+    glued = _UNIT.sub("\\1\u00a0\\2", text)
+    return [line.replace("\u00a0", " ") for line in textwrap.wrap(
+        glued, width, initial_indent=bullet, subsequent_indent=" " * len(bullet),
+        break_long_words=False, break_on_hyphens=False)]
+
+
 def to_text(d: Diagnosis, style: Style = plain) -> str:
     colour = {AT_RISK: "red", HEALTHY: "green", NO_DATA: "yellow"}[d.verdict]
     head = f"{d.namespace}/{d.pod}" if d.namespace else d.pod
@@ -281,7 +294,7 @@ def to_text(d: Diagnosis, style: Style = plain) -> str:
     if d.causes:
         lines += ["", style("Likely cause", "bold")]
         for cause in d.causes:
-            lines.append(f"  - {cause.title}: {cause.detail}")
+            lines += _wrap(f"{cause.title}: {cause.detail}")
             if cause.settings:
                 lines.append(f"    setting: {', '.join(cause.settings)}")
     if d.kills:
@@ -291,9 +304,12 @@ def to_text(d: Diagnosis, style: Style = plain) -> str:
                          f"{k.process} ({where(k.container)}); post-mortem: {k.postmortem}")
     if d.actions:
         lines += ["", style("What to do now", "bold")]
-        lines += [f"  - {a}" for a in d.actions]
+        for a in d.actions:
+            lines += [f"  - {a}"] if a.startswith("runbook: ") else _wrap(a)
     if d.notes:
-        lines += [""] + [style(f"  note: {n}", "dim") for n in d.notes]
+        lines.append("")
+        for n in d.notes:
+            lines += [style(ln, "dim") for ln in _wrap(n, bullet="  note: ")]
     return "\n".join(lines) + "\n"
 
 
