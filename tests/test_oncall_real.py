@@ -294,7 +294,8 @@ def test_postmortem_page_in_chromium(stack: Stack) -> None:
     browse(f"--screenshot={shot}", "--window-size=1000,1500")
     assert shot.stat().st_size > 10_000
     assert f"<b>{VICTIM}</b>" in dom
-    chart = dom[dom.index('class="chart chart-memory"'):dom.index("</svg>")]
+    start = dom.index('class="chart chart-memory wide"')
+    chart = dom[start:dom.index("</svg>", start)]
     for element in ('class="kind kind-anon"', 'class="kind kind-shmem"', 'class="usage"',
                     'class="unreclaimable"', 'class="limit"', 'class="kill"',
                     f"OOM kill: {VICTIM}"):

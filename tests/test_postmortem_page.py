@@ -71,7 +71,8 @@ def test_document_page_draws_the_chart() -> None:
     page = render_document("x.json", document())
     tags = parse(page).tags
     classes = [a.get("class") for t, a in tags if t in ("path", "line", "svg")]
-    for c in ("chart chart-memory", "chart chart-processes", "kind kind-anon",
+    for c in ("chart chart-memory wide", "chart chart-memory narrow",
+              "chart chart-processes wide", "kind kind-anon",
               "kind kind-shmem", "kind kind-file_active", "usage", "unreclaimable", "limit",
               "kill", "process"):
         assert c in classes, c
@@ -125,7 +126,7 @@ def test_pod_level_chart_when_present() -> None:
     doc["pod_level"] = {"cgroup": "/kubepods/burstable/podX", "usage": doc["usage"],
                         "scrapes": doc["scrapes"]}
     page = render_document("x.json", doc)
-    assert 'class="chart chart-pod"' in page
+    assert 'class="chart chart-pod wide"' in page
 
 
 def test_index_lists_newest_first() -> None:

@@ -134,8 +134,23 @@ def chart_data(part: Mapping[str, Any], kill: float, window: float) -> ChartData
 
 
 # --- SVG -----------------------------------------------------------------------------------------
-W, H = 960, 380
-LEFT, RIGHT, TOP, BOTTOM = 78, 16, 18, 40
+@dataclass(frozen=True)
+class Frame:
+    """A chart's canvas in SVG units. The page carries a wide and a narrow drawing of each
+    chart and CSS shows one: text stays readable on a desktop and on a phone alike."""
+
+    name: str
+    w: int
+    h: int
+    left: int
+    right: int = 12
+    top: int = 18
+    bottom: int = 36
+    x_labels: int = 8
+
+
+WIDE = Frame("wide", 960, 380, 78, 16)
+NARROW = Frame("narrow", 420, 340, 72, 10, x_labels=4)
 
 
 def _ticks(top: float) -> list[float]:
@@ -154,10 +169,12 @@ def _path(points: Sequence[Point], x: Any, y: Any) -> str:
                     for i, (t, v) in enumerate(points))
 
 
-def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory") -> str:
+def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory",
+              f: Frame = WIDE) -> str:
     """One chart: kinds stacked as areas, usage, unreclaimable and the limit as lines, a
     red rule at the kill. ``kind="processes"`` draws the top processes instead."""
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+    x0, y0 = f.left, f.top
+    pw, ph = f.w - f.left - f.right, f.h - f.top - f.bottom
     end = d.kill + 5
     values = [v for _, v in (*d.usage, *d.unreclaimable, *d.limit)]
     if kind == "processes":
@@ -169,25 +186,26 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory") -> st
     top = max(values, default=1.0) * 1.08 or 1.0
 
     def x(t: float) -> float:
-        return LEFT + (min(max(t, d.start), end) - d.start) / (end - d.start) * pw
+        return x0 + (min(max(t, d.start), end) - d.start) / (end - d.start) * pw
 
     def y(v: float) -> float:
-        return TOP + ph - v / top * ph
+        return y0 + ph - v / top * ph
 
-    out = [f'<svg class="chart chart-{kind}" viewBox="0 0 {W} {H}" role="img" '
+    out = [f'<svg class="chart chart-{kind} {f.name}" viewBox="0 0 {f.w} {f.h}" role="img" '
            f'aria-label="{e(title)}" xmlns="http://www.w3.org/2000/svg">',
            f'<title>{e(title)}</title>',
-           f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}"/>']
+           f'<rect class="plot" x="{x0}" y="{y0}" width="{pw}" height="{ph}"/>']
     for v in _ticks(top):
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + pw}" y1="{y(v):.1f}" '
-                   f'y2="{y(v):.1f}"/><text class="axis" x="{LEFT - 6}" y="{y(v) + 4:.1f}" '
-                   f'text-anchor="end">{e(fmt_bytes(v))}</text>')
+        out.append(f'<line class="grid" x1="{x0}" x2="{x0 + pw}" y1="{y(v):.1f}" '
+                   f'y2="{y(v):.1f}"/><text class="axis" x="{x0 - 6}" y="{y(v) + 4:.1f}" '
+                   f'text-anchor="end">{e(fmt_bytes(v).replace(".0 ", " "))}</text>')
     span = end - d.start
-    step = 60 if span <= 20 * 60 else 300
+    step = next((s for s in (30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+                 if span / s <= f.x_labels), 14400)
     t = d.kill
     while t >= d.start:
         label = "kill" if t == d.kill else f"-{(d.kill - t) / 60:.0f} min"
-        out.append(f'<text class="axis" x="{x(t):.1f}" y="{TOP + ph + 18}" '
+        out.append(f'<text class="axis" x="{x(t):.1f}" y="{y0 + ph + 18}" '
                    f'text-anchor="middle">{label}</text>')
         t -= step
     if kind == "processes":
@@ -219,17 +237,22 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory") -> st
                        f'<title>unreclaimable</title></path>')
     if d.limit:
         lim = d.limit[-1][1]
-        out.append(f'<line class="limit" x1="{LEFT}" x2="{LEFT + pw}" y1="{y(lim):.1f}" '
+        out.append(f'<line class="limit" x1="{x0}" x2="{x0 + pw}" y1="{y(lim):.1f}" '
                    f'y2="{y(lim):.1f}" stroke="#000" stroke-width="2" '
-                   f'stroke-dasharray="8 5"/><text class="label" x="{LEFT + 6}" '
+                   f'stroke-dasharray="8 5"/><text class="label" x="{x0 + 6}" '
                    f'y="{y(lim) - 6:.1f}">limit {e(fmt_bytes(lim))}</text>')
     kx = x(d.kill)
-    out.append(f'<line class="kill" x1="{kx:.1f}" x2="{kx:.1f}" y1="{TOP}" '
-               f'y2="{TOP + ph}" stroke="#e00" stroke-width="2.5"/>'
-               f'<text class="label kill-label" x="{kx - 6:.1f}" y="{TOP + 14}" '
+    out.append(f'<line class="kill" x1="{kx:.1f}" x2="{kx:.1f}" y1="{y0}" '
+               f'y2="{y0 + ph}" stroke="#e00" stroke-width="2.5"/>'
+               f'<text class="label kill-label" x="{kx - 6:.1f}" y="{y0 + 14}" '
                f'text-anchor="end" fill="#e00">OOM kill: {e(victim)}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def charts(d: ChartData, title: str, victim: str, kind: str = "memory") -> str:
+    return svg_chart(d, title, victim, kind, WIDE) + "\n" + svg_chart(d, title, victim, kind,
+                                                                        NARROW)
 
 
 def _legend(d: ChartData, kind: str) -> str:
@@ -254,7 +277,8 @@ h1{font-size:1.35rem;margin:.2em 0}h2{font-size:1.1rem;margin:1.2em 0 .3em}
 table{border-collapse:collapse;width:100%;font-size:.92rem}
 td,th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-svg.chart{width:100%;height:auto;display:block}
+svg.chart{width:100%;height:auto;display:block}svg.narrow{display:none}
+@media (max-width:640px){svg.wide{display:none}svg.narrow{display:block}}
 svg .plot{fill:#fafafa;stroke:#bbb}svg .grid{stroke:#e3e3e3}
 svg text{font-size:13px}svg .label{font-size:14px;font-weight:600}
 .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:.9rem}
@@ -346,10 +370,10 @@ def render_document(name: str, doc: Mapping[str, Any]) -> str:
         f'<p class="muted">cgroup <code>{e(doc.get("cgroup"))}</code> · the last '
         f"{window / 60:.0f} minutes before the kill</p>",
         "<h2>Memory: kinds stacked, usage, unreclaimable, limit</h2>",
-        svg_chart(data, f"memory of {where} before the OOM kill", process),
+        charts(data, f"memory of {where} before the OOM kill", process),
         _legend(data, "memory"),
         "<h2>Top processes (anon + mapped shmem)</h2>",
-        svg_chart(data, f"top processes of {where}", process, "processes"),
+        charts(data, f"top processes of {where}", process, "processes"),
         _legend(data, "processes"),
         "<h2>The last scrape before the kill</h2>",
         _last_table(last), _process_table(last),
@@ -358,6 +382,6 @@ def render_document(name: str, doc: Mapping[str, Any]) -> str:
     if pod.get("usage") or pod.get("scrapes"):
         pdata = chart_data(pod, kill, window)
         body += [f"<h2>Pod-level cgroup <code>{e(pod.get('cgroup'))}</code></h2>",
-                 svg_chart(pdata, f"pod-level cgroup of {where}", process, "pod"),
+                 charts(pdata, f"pod-level cgroup of {where}", process, "pod"),
                  _legend(pdata, "memory")]
     return _page(f"OOM kill: {where}", "\n".join(body))
