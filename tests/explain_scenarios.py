@@ -270,7 +270,42 @@ def sidecar_leak() -> ExplainScenario:
                            cause="anon_leak")
 
 
+def mm_cache() -> ExplainScenario:
+    """The multimodal processor cache of type shm in /dev/shm, one per API server and
+    engine, grows as new images arrive: /dev/shm grows, its files mapped by live
+    processes (no orphan), and no KV-offload tier is configured."""
+    limit = 24 * GiB
+    rate = 1.5 * GiB / DAY
+
+    def vllm(t: int) -> State:
+        cache = 0.5 * GiB + rate * t / 2
+        procs = {"APIServer": (1.5 * GiB, cache), "EngineCore": (3 * GiB, cache * 1.01),
+                 "Worker_TP0": (6 * GiB, 2 * GiB)}
+        return State(_state(limit, procs),
+                     tmpfs={"/dev/shm": (2 * cache + 64 * MiB, 16 * GiB, 0.0)},
+                     kv={"gpu": (40 * GiB, 0.5)})
+
+    return ExplainScenario("mm-cache", "vllm-mm-0", SPAN, STEP, {"vllm": vllm}, limit,
+                           verdict="at_risk", kind="shmem", process="EngineCore",
+                           cause="mm_shm_cache", setting="--mm-processor-cache-gb")
+
+
+def pinned_host() -> ExplainScenario:
+    """Worker_TP0 maps more and more shared memory with no tmpfs growing: CUDA pinned
+    host memory (counted as shmem)."""
+    limit = 24 * GiB
+    rate = 1.5 * GiB / DAY
+
+    def vllm(t: int) -> State:
+        procs = {**BASE, "Worker_TP0": (6 * GiB, 4 * GiB + rate * t)}
+        return State(_state(limit, procs), tmpfs={"/dev/shm": (64 * MiB, 16 * GiB, 0.0)})
+
+    return ExplainScenario("pinned-host", "vllm-pin-0", SPAN, STEP, {"vllm": vllm}, limit,
+                           verdict="at_risk", kind="shmem", process="Worker_TP0",
+                           cause="pinned_host", setting="--kv-offloading-size")
+
+
 ALL: tuple[Callable[[], ExplainScenario], ...] = (
     shm_leftover, kv_offload, engine_leak, worker_leak, healthy, page_cache_growth,
-    sidecar_leak,
+    sidecar_leak, mm_cache, pinned_host,
 )

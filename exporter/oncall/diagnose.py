@@ -342,8 +342,7 @@ def _growth(ev: Evidence, cg: CgroupEvidence, sustained: bool, thr: float) -> li
                               "unmapped /dev/shm files, kernel memory, charges left by "
                               "dead processes"))
     for tf in ev.tmpfs:
-        if not _in_scope(tf.container, cg.container):
-            continue
+        # tmpfs series are pod-level (the pod's /dev/shm, whichever container wrote it).
         r = _rate_of(tf.used, sustained)
         if r is not None and r > thr:
             out.append(Growth("tmpfs", tf.mount, tf.container, tf.used.now, r))
@@ -367,7 +366,7 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
     causes: list[Cause] = []
     grows = {(g.what, g.name) for g in growth}
     shmem_grows = ("kind", "shmem") in grows
-    tmpfs = [t for t in ev.tmpfs if _in_scope(t.container, cg.container)]
+    tmpfs = list(ev.tmpfs)  # pod-level series: the pod's mounts, shared by its containers
     kv_cpu = [k for k in ev.kv if k.medium == "cpu" and k.capacity_bytes
               and _in_scope(k.container, cg.container)]
 
@@ -517,8 +516,12 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     verdict = AT_RISK if reasons else HEALTHY
 
     grew = [g for g in growth if g.what != "page_cache"]
-    what = ", ".join(dict.fromkeys(
-        g.name if g.what != "process" else f"{g.name} process" for g in grew[:3]))
+    # One line names the fastest kind, then the fastest process, then what no process
+    # owns: "anon, EngineCore process".
+    picks = [next((g for g in grew if g.what in group), None)
+             for group in (("kind",), ("process",), ("no_owner", "orphaned", "tmpfs"))]
+    what = ", ".join(g.name if g.what != "process" else f"{g.name} process"
+                     for g in picks if g is not None)
     rate = close.lasting_rate if sustained else close.trend_1h
     rate = rate if rate is not None and rate > thr else None
     if verdict == AT_RISK:
