@@ -222,17 +222,25 @@ def draw(st: State, width: int, height: int) -> list[Line]:
     return lines
 
 
+def _name(p: Pod) -> str:
+    return f"{p.namespace}/{p.pod}" if p.namespace else p.pod
+
+
+REST = 95  # width of the columns after the name
+
+
 def _draw_pods(st: State, width: int, room: int) -> list[Line]:
     rs = rows(st.pods.values(), st.rates, st.sort, st.filt)
-    cols = (f"{'NAMESPACE/POD':<34} {'UNRECLAIMABLE/LIMIT':>26} {'GROWTH':>14} "
+    # The name column takes what the terminal has left (pod UIDs are 36 characters).
+    nw = max(16, min(max((len(_name(r.pod)) for r in rs), default=13), width - REST))
+    cols = (f"{'NAMESPACE/POD':<{nw}} {'UNRECLAIMABLE/LIMIT':>26} {'GROWTH':>14} "
             f"{'TO LIMIT':>10} {'TOP PROCESS':<22} {'/DEV/SHM':>10} {'KV':>5}")
     out: list[Line] = [(_fit(cols, width), "head")]
     st.selected = min(st.selected, max(0, len(rs) - 1))
     for i, r in enumerate(rs[: max(0, room - 1)]):
         p = r.pod
-        name = f"{p.namespace}/{p.pod}" if p.namespace else p.pod
         top = p.top_process
-        text = (f"{name[:34]:<34} {_ratio_text(p):>26} "
+        text = (f"{_name(p)[:nw]:<{nw}} {_ratio_text(p):>26} "
                 f"{fmt_rate(r.rate) if r.rate is not None else '...':>14} "
                 f"{fmt_duration(r.ttl) if r.ttl is not None else '-':>10} "
                 f"{(top.process if top else '-')[:22]:<22} "
@@ -253,7 +261,7 @@ def _draw_detail(st: State, width: int) -> list[Line]:
         return [("the pod is gone", "bad")]
     rate = st.rates.rate(p.key)
     out: list[Line] = [
-        (_fit(f"{p.namespace}/{p.pod}  {_ratio_text(p)}  growth "
+        (_fit(f"{_name(p)}  {_ratio_text(p)}  growth "
               f"{fmt_rate(rate) if rate is not None else '...'}", width), ""),
         (_fit(f"{'CONTAINER':<16} {'PROCESS':<28} {'N':>3} {'ANON':>10} {'SHMEM':>10} "
               f"{'FILE':>10}", width), "head")]
