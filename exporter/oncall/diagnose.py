@@ -432,12 +432,14 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
                 ("--kv-offloading-size", "--cpu-offload-gb"),
                 _runbook(base, "HeadroomMemoryFillingUp")))
         elif anon_r > thr:
-            kind = "vLLM's" if _is_vllm(g.name) else "the sidecar"
+            speed = "slow " if anon_r * DAY < 24 * GiB else ""
+            title = (f"{speed}anon leak in vLLM's {g.name}" if _is_vllm(g.name)
+                     else f"{speed}anon leak in {g.name} (not a vLLM process)")
             prefix = [k for k in ev.kv if k.prefix_blocks is not None
                       and (_rate_of(k.prefix_blocks, sustained) or 0.0) > 0]
             settings: tuple[str, ...] = ("--enable-prefix-caching",) if prefix else ()
             causes.append(Cause(
-                "anon_leak", f"slow anon leak in {kind} {g.name}",
+                "anon_leak", title,
                 f"{g.name} ({where(g.container)}) grows {fmt_rate(anon_r)} of private "
                 "memory and does not give it back" + (
                     "; prefix-cache entries grow with it" if prefix else
