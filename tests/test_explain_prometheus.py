@@ -127,6 +127,10 @@ def test_no_data(prometheus: str) -> None:
     assert rc == 3
     assert doc["verdict"] == "no_data"
     assert doc["summary"].startswith("NO DATA")
+    # A pod seen earlier but without series now (deleted, its node gone): no data, and
+    # when it was last seen.
+    rc, out, _ = explain(prometheus, "llm/vllm-engine-0", f"--time={time.time() + 3600}")
+    assert rc == 3 and "NO DATA" in out and "last series at " in out, out
     # A selector that matches nothing is no data too, not a guess.
     rc, out, _ = explain(prometheus, "llm/vllm-engine-0", '--selector=job="other"')
     assert rc == 3 and "NO DATA" in out

@@ -228,7 +228,18 @@ async def explain(url: str, target: str, auth: PromAuth, extra: str = "",
             ns, pod = parse_target(target)
             return diagnose(Evidence(ns or "", pod, at), runbook_base)
         namespace, pod = found[0]
-        return diagnose(await fetch(prom, namespace, pod, extra, at), runbook_base)
+        d = diagnose(await fetch(prom, namespace, pod, extra, at), runbook_base)
+        if d.verdict == NO_DATA:
+            # Seen in the last day, gone now (deleted, rescheduled, the node down): say
+            # when, so the engineer can judge that moment with --time.
+            expr = (f"max(max_over_time(timestamp({c.MEMORY_LIMIT_BYTES.name}"
+                    f"{selector(namespace, pod, extra)})[1d:1m]))")
+            seen = await prom.query(expr, at)
+            if seen:
+                last = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen[0].value))
+                d = dataclasses.replace(d, notes=(
+                    f"last series at {last}: run again with --time={last}", *d.notes))
+        return d
 
 
 # --- rendering (pure) ------------------------------------------------------------------------
