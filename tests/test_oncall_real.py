@@ -279,6 +279,12 @@ def test_postmortem_page_in_chromium(stack: Stack) -> None:
         assert json.load(r)["victim"]["process"] == VICTIM
     with urllib.request.urlopen(url + "?format=json", timeout=10) as r:
         assert r.headers["Content-Type"].startswith("application/json")
+    index = urllib.request.Request(f"{stack.exporter}/debug/oom/",
+                                   headers={"Accept": "text/html,*/*;q=0.8"})
+    with urllib.request.urlopen(index, timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/html")
+        assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+        assert f'<a href="{names[0]}">' in r.read().decode()
     out = artifacts(stack.tmp)
     shot = out / "postmortem.png"
     base = [chromium, *CHROMIUM_FLAGS]
@@ -310,5 +316,7 @@ def test_postmortem_page_in_chromium(stack: Stack) -> None:
     assert ys[0] > limit_y + 100, "usage starts far below the limit"
     assert min(ys) < limit_y + 15, "usage reaches the limit"
     print(f"\npost-mortem page {url}\nscreenshot {shot}")
-    if os.environ.get("HEADROOM_UPDATE_DOCS"):
-        shutil.copy(shot, Path("docs") / "postmortem.png")
+    if os.environ.get("HEADROOM_UPDATE_DOCS"):  # the README's picture
+        docs = Path(__file__).parent.parent / "docs"
+        docs.mkdir(exist_ok=True)
+        shutil.copy(shot, docs / "postmortem.png")

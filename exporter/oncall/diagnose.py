@@ -363,7 +363,15 @@ def _runbook(base: str, alert: str) -> str:
 
 def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Growth],
             sustained: bool, thr: float, base: str) -> list[Cause]:
-    causes: list[Cause] = []
+    # (weight, cause): the weight is the growth the cause explains (bytes/s); causes are
+    # ranked by it, and one explaining under a fifth of the growth is dropped (a step in
+    # /dev/shm beside an anon ramp is not the story). Causes that kill without growth
+    # (a KV tier that cannot fit) weigh infinitely; stale files are kept at any rate.
+    causes: list[tuple[float, Cause]] = []
+    u_rate = _rate_of(cg.unreclaimable, sustained) or 0.0
+
+    def rate(t: Trend | None) -> float:
+        return max(0.0, _rate_of(t, sustained) or 0.0)
     grows = {(g.what, g.name) for g in growth}
     shmem_grows = ("kind", "shmem") in grows
     tmpfs = list(ev.tmpfs)  # pod-level series: the pod's mounts, shared by its containers
@@ -373,13 +381,13 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
     stale = [t for t in tmpfs if t.orphaned is not None and t.orphaned.now >= MIN_STALE_SHM]
     for t in stale:
         assert t.orphaned is not None
-        causes.append(Cause(
+        causes.append((max(rate(t.orphaned), 1.0), Cause(
             "stale_shm", f"files left in {t.mount} by a dead process",
             f"{fmt_bytes(t.orphaned.now)} of {t.mount} belongs to files no live process of "
             f"the pod has open or mapped (a killed container's message queues, "
             f"multimodal cache or KV-offload region). They stay charged to the pod: a "
             f"container restart keeps the pod's {t.mount}.",
-            (), _runbook(base, "HeadroomHiddenMemoryGrowth")))
+            (), _runbook(base, "HeadroomHiddenMemoryGrowth"))))
 
     for k in kv_cpu:
         assert k.capacity_bytes is not None
@@ -390,7 +398,8 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
         wont_fit = pending > close.headroom
         if wont_fit or shmem_grows or shm_rate > thr or worker_shm:
             use = f"{(k.usage_ratio or 0) * 100:.0f}%" if k.usage_ratio is not None else "?"
-            causes.append(Cause(
+            weight = math.inf if wont_fit else max(shm_rate, rate(cg.kinds.get("shmem")))
+            causes.append((weight, Cause(
                 "kv_offload", "vLLM's CPU KV-offload tier fills",
                 f"the CPU KV-offload tier holds {fmt_bytes(k.capacity_bytes)} "
                 f"({use} in use; /dev/shm/vllm_offload_*.mmap); "
@@ -399,13 +408,13 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
                               if wont_fit else "") + ". Where the tier is pinned host "
                 "memory, torch's allocator rounds each buffer up to a power of two: host "
                 "memory can reach up to twice the size set.",
-                ("--kv-offloading-size",), _runbook(base, "HeadroomKVOffloadWillNotFit")))
+                ("--kv-offloading-size",), _runbook(base, "HeadroomKVOffloadWillNotFit"))))
 
     shm_mounts = [t for t in tmpfs if (_rate_of(t.used, sustained) or 0.0) > thr]
     live_shm = [t for t in shm_mounts if t.orphaned is None
                 or (_rate_of(t.orphaned, sustained) or 0.0) <= thr]
-    if live_shm and not kv_cpu and not any(c.code == "stale_shm" for c in causes):
-        causes.append(Cause(
+    if live_shm and not kv_cpu and not stale:
+        causes.append((rate(live_shm[0].used), Cause(
             "mm_shm_cache", "shared memory in /dev/shm grows (multimodal cache?)",
             f"{', '.join(t.mount for t in live_shm)} grows "
             f"{fmt_rate(_rate_of(live_shm[0].used, sustained))} while its files are held by "
@@ -414,7 +423,7 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
             "data_parallel_size) in all.",
             ("--mm-processor-cache-gb", "--mm-processor-cache-type",
              "VLLM_MM_INPUT_CACHE_GIB (vLLM before 0.10)"),
-            _runbook(base, "HeadroomSharedMemoryFillingUp")))
+            _runbook(base, "HeadroomSharedMemoryFillingUp"))))
 
     procs = [g for g in growth if g.what == "process"]
     by_name = {(p.container, p.process): p for p in ev.processes}
@@ -423,14 +432,14 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
         anon_r = _rate_of(p.anon, sustained) or 0.0
         shm_r = _rate_of(p.shmem, sustained) or 0.0
         if shm_r > thr and shm_r >= anon_r and not shm_mounts and not kv_cpu:
-            causes.append(Cause(
+            causes.append((shm_r, Cause(
                 "pinned_host", f"{g.name} maps more and more shared memory (pinned host "
                 "memory?)",
                 f"{g.name} grows {fmt_rate(shm_r)} of mapped shmem with no tmpfs growing: "
                 "CUDA pinned host memory is counted as shmem, and torch rounds pinned "
                 "buffers up to a power of two (up to 1.9x what was asked).",
                 ("--kv-offloading-size", "--cpu-offload-gb"),
-                _runbook(base, "HeadroomMemoryFillingUp")))
+                _runbook(base, "HeadroomMemoryFillingUp"))))
         elif anon_r > thr:
             speed = "slow " if anon_r * DAY < 24 * GiB else ""
             title = (f"{speed}anon leak in vLLM's {g.name}" if _is_vllm(g.name)
@@ -438,26 +447,30 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
             prefix = [k for k in ev.kv if k.prefix_blocks is not None
                       and (_rate_of(k.prefix_blocks, sustained) or 0.0) > 0]
             settings: tuple[str, ...] = ("--enable-prefix-caching",) if prefix else ()
-            causes.append(Cause(
+            causes.append((anon_r, Cause(
                 "anon_leak", title,
                 f"{g.name} ({where(g.container)}) grows {fmt_rate(anon_r)} of private "
                 "memory and does not give it back" + (
                     "; prefix-cache entries grow with it" if prefix else
                     ". No vLLM setting bounds it: plan restarts before the limit and "
                     "report it upstream with the vLLM version" if _is_vllm(g.name) else ""
-                ) + ".", settings, _runbook(base, "HeadroomMemoryFillingUp")))
+                ) + ".", settings, _runbook(base, "HeadroomMemoryFillingUp"))))
 
     if ("kind", "kernel") in grows:
-        causes.append(Cause("kernel", "kernel memory grows",
-                            "socket buffers, page tables or slab the kernel cannot free",
-                            (), _runbook(base, "HeadroomHiddenMemoryGrowth")))
-    if ("no_owner", "memory no process owns") in grows and not causes:
-        causes.append(Cause(
+        causes.append((rate(cg.kinds.get("kernel")), Cause(
+            "kernel", "kernel memory grows",
+            "socket buffers, page tables or slab the kernel cannot free",
+            (), _runbook(base, "HeadroomHiddenMemoryGrowth"))))
+    hidden = [g.rate for g in growth if g.what == "no_owner"]
+    if hidden and not causes:
+        causes.append((hidden[0], Cause(
             "no_owner", "memory no process owns grows",
             "unmapped files in /dev/shm or an emptyDir of medium Memory, or kernel "
             "memory; `ls -la /dev/shm` in the pod shows the files",
-            (), _runbook(base, "HeadroomHiddenMemoryGrowth")))
-    return causes
+            (), _runbook(base, "HeadroomHiddenMemoryGrowth"))))
+    floor = 0.2 * u_rate if u_rate > thr else 0.0
+    ranked = sorted(causes, key=lambda wc: -wc[0])
+    return [c for w, c in ranked if w >= floor or c.code == "stale_shm"]
 
 
 def _suggested_limit(peak: float) -> float:

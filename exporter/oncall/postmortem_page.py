@@ -204,7 +204,9 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory",
                  if span / s <= f.x_labels), 14400)
     t = d.kill
     while t >= d.start:
-        label = "kill" if t == d.kill else f"-{(d.kill - t) / 60:.0f} min"
+        ago = d.kill - t
+        label = "kill" if t == d.kill else (f"-{ago:.0f} s" if step < 60
+                                            else f"-{ago / 60:.0f} min")
         out.append(f'<text class="axis" x="{x(t):.1f}" y="{y0 + ph + 18}" '
                    f'text-anchor="middle">{label}</text>')
         t -= step
