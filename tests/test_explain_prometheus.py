@@ -59,7 +59,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def explain(prom: str, *args: str) -> tuple[int, str, str]:
-    r = subprocess.run([sys.executable, "-m", "exporter.oncall.explain",
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain",
                         f"--prometheus.url={prom}", *args],
                        capture_output=True, text=True, timeout=60)
     return r.returncode, r.stdout, r.stderr
@@ -151,7 +151,7 @@ def test_bad_usage_and_unreachable(prometheus: str) -> None:
     assert explain(prometheus, "llm/x", "--time=yesterday")[0] == 2
     rc, _, err = explain(f"http://127.0.0.1:{free_port()}", "llm/x")
     assert rc == 3 and "no data" in err
-    r = subprocess.run([sys.executable, "-m", "exporter.oncall.explain", "llm/x"],
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain", "llm/x"],
                        capture_output=True, text=True, timeout=30,
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path.cwd())})
     assert r.returncode == 2 and "--prometheus.url" in r.stderr

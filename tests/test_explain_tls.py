@@ -73,7 +73,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
 
 
 def explain(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter.oncall.explain", "llm/vllm-0",
+    return subprocess.run([sys.executable, "-m", "exporter.cli", "explain", "llm/vllm-0",
                            f"--prometheus.url={url}", *args],
                           capture_output=True, text=True, timeout=60)
 

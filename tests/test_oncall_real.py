@@ -171,7 +171,7 @@ def test_top_in_tmux(stack: Stack) -> None:
     slow, flat = stack.pods["slow"], stack.pods["flat"]
     done = stack.tmp / "top.exit"
     cmd = (f"cd {Path.cwd()} && PYTHONPATH={Path.cwd()} {sys.executable} -m "
-           f"exporter.oncall.top --url {stack.exporter}; echo $? > {done}; sleep 30")
+           f"exporter.cli top --url {stack.exporter}; echo $? > {done}; sleep 30")
     t = Tmux(f"headroom-top-{os.getpid()}", cmd)
     try:
         # Growth needs a few reads: then the growing pod sorts first (time to limit).
@@ -205,7 +205,7 @@ def test_top_in_tmux(stack: Stack) -> None:
 
 # --- headroom explain on a real OOM run ---------------------------------------------------
 def explain(stack: Stack, pod: str) -> tuple[int, dict[str, Any]]:
-    r = subprocess.run([sys.executable, "-m", "exporter.oncall.explain", pod,
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain", pod,
                         f"--prometheus.url={stack.prom}", "--output=json"],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout, r.stderr

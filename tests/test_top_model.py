@@ -117,3 +117,12 @@ def test_draw_fits_any_terminal() -> None:
         assert all(len(text) < max(width, 1) or not text for text, _ in lines)
     st.error = "URLError: refused"
     assert draw(st, 80, 10)[1] == ("error: URLError: refused", "bad")
+
+
+def test_top_needs_a_terminal() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--url", "http://x"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "needs a terminal" in r.stderr
