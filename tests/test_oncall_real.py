@@ -128,6 +128,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 f.close()
 
 
+def need(binary: str) -> str:
+    """The tool's path; skipped when missing, failed instead with
+    HEADROOM_REQUIRE_ONCALL_TOOLS=1 (as CI should: apt chromium tmux)."""
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get("HEADROOM_REQUIRE_ONCALL_TOOLS") == "1":
+            pytest.fail(f"HEADROOM_REQUIRE_ONCALL_TOOLS=1 but {binary} is not installed")
+        pytest.skip(f"{binary} not installed")
+    return path
+
+
 def artifacts(tmp: Path) -> Path:
     d = Path(os.environ.get("HEADROOM_TEST_ARTIFACTS", tmp))
     d.mkdir(parents=True, exist_ok=True)
@@ -166,8 +177,7 @@ class Tmux:
 
 
 def test_top_in_tmux(stack: Stack) -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux not installed")
+    need("tmux")
     slow, flat = stack.pods["slow"], stack.pods["flat"]
     done = stack.tmp / "top.exit"
     cmd = (f"cd {Path.cwd()} && PYTHONPATH={Path.cwd()} {sys.executable} -m "
@@ -258,9 +268,7 @@ def _path_points(d: str) -> list[tuple[float, float]]:
 
 
 def test_postmortem_page_in_chromium(stack: Stack) -> None:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("chromium not installed")
+    chromium = need("chromium")
     if not stack.killed:
         pytest.skip("needs the kill of the explain test")
     deadline = time.monotonic() + 30
