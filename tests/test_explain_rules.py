@@ -238,3 +238,16 @@ def test_every_runbook_named_exists() -> None:
     assert names >= {"HeadroomMemoryFillingUp", "HeadroomPodOOMKilled"}
     missing = sorted(n for n in names if not (root / "alerts" / "runbooks" / f"{n}.md").is_file())
     assert not missing, missing
+
+
+def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
+    evil = "Engine\x1b]0;pwned\x07\x1b[2J\nCore"
+    answers = {
+        "limit": [Sample({"container": evil}, 32 * GiB)],
+        "unreclaimable.now": [Sample({"container": evil}, 31 * GiB)],
+        "processes.now": [Sample({"container": evil, "process": evil, "kind": "rss_anon"}, 1)],
+    }
+    e = x.evidence(evil, evil, 0.0, answers)
+    text = x.to_text(diagnose(e)) + x.to_json(diagnose(e))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "Engine?]0;pwned??[2J?Core" in text

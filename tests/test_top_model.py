@@ -126,3 +126,19 @@ def test_top_needs_a_terminal() -> None:
     r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--url", "http://x"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "needs a terminal" in r.stderr
+
+
+def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
+    evil = "a\x1b[2J\x07\\nb"  # raw ESC and BEL; the newline escaped, as exposition wants
+    text = (f'headroom_memory_limit_bytes{{namespace="ns",pod="{evil}",container=""}} 10\n'
+            f'headroom_memory_unreclaimable_bytes{{namespace="ns",pod="{evil}",container=""}} 5\n'
+            f'headroom_process_memory_bytes{{namespace="ns",pod="{evil}",container="c",'
+            f'process="{evil}",kind="rss_anon"}} 5\n')
+    st = State("x")
+    st.pods = parse(text)
+    st.detail = next(iter(st.pods))
+    shown = [t for t, _ in draw(st, 100, 10)]
+    st.detail = None
+    shown += [t for t, _ in draw(st, 100, 10)]
+    assert not any(ch in "".join(shown) for ch in "\x1b\x07\n")
+    assert any("a?[2J??b" in t for t in shown)

@@ -217,6 +217,12 @@ class Diagnosis:
 
 
 # --- formatting (shared with the renderers) --------------------------------------------------
+def printable(text: str, limit: int = 120) -> str:
+    """A label value fit for a terminal: process and pod names are hostile input, and a
+    name holding an escape sequence must not drive the engineer's terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+
+
 def fmt_bytes(n: float) -> str:
     sign = "-" if n < 0 else ""
     n = abs(n)

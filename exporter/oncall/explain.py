@@ -42,6 +42,7 @@ from exporter.oncall.diagnose import (
     fmt_bytes,
     fmt_duration,
     fmt_rate,
+    printable,
     where,
 )
 from exporter.oncall.prom_client import PromAuth, PromClient, PromError, Sample
@@ -133,7 +134,8 @@ Answers = Mapping[str, Sequence[Sample]]
 
 
 def _values(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, float]:
-    return {tuple(s.labels.get(k, "") for k in by): s.value for s in answers.get(name, ())}
+    return {tuple(printable(s.labels.get(k, "")) for k in by): s.value
+            for s in answers.get(name, ())}
 
 
 def _trends(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, Trend]:
@@ -177,7 +179,8 @@ def evidence(namespace: str, pod: str, at: float, answers: Answers) -> Evidence:
         old = merged.get((cont, proc))
         if old is None or k.total > old.total:  # two exporters: the one that saw most
             merged[(cont, proc)] = k
-    return Evidence(namespace, pod, at, cgroups, processes, tmpfs, kv,
+    # Queried with the raw names; shown printable.
+    return Evidence(printable(namespace), printable(pod), at, cgroups, processes, tmpfs, kv,
                     tuple(merged[k] for k in sorted(merged)))
 
 
@@ -223,10 +226,11 @@ async def explain(url: str, target: str, auth: PromAuth, extra: str = "",
         found = await resolve(prom, target, extra, at)
         if len(found) > 1:
             raise UsageError(f"{target!r} is ambiguous: " + ", ".join(
-                f"{n or '(no namespace)'}/{p}" for n, p in found) + "; give NAMESPACE/POD")
+                printable(f"{n or '(no namespace)'}/{p}") for n, p in found)
+                + "; give NAMESPACE/POD")
         if not found:
             ns, pod = parse_target(target)
-            return diagnose(Evidence(ns or "", pod, at), runbook_base)
+            return diagnose(Evidence(printable(ns or ""), printable(pod), at), runbook_base)
         namespace, pod = found[0]
         d = diagnose(await fetch(prom, namespace, pod, extra, at), runbook_base)
         if d.verdict == NO_DATA:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import catalog as c
-from exporter.oncall.diagnose import fmt_bytes, fmt_duration, fmt_rate
+from exporter.oncall.diagnose import fmt_bytes, fmt_duration, fmt_rate, printable
 
 RATE_WINDOW = 30.0  # seconds of reads a growth rate is measured over
 SORTS = {"t": "time to limit", "u": "used/limit", "g": "growth", "s": "/dev/shm",
@@ -87,7 +87,7 @@ def parse(text: str) -> dict[tuple[str, str], Pod]:
               c.MEMORY_USAGE_BYTES.name: "usage"}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            lb = s.labels
+            lb = {k: printable(v) for k, v in s.labels.items()}  # hostile names
             w = (lb.get("namespace", ""), lb.get("pod", ""), lb.get("container", ""))
             if s.name in wanted:
                 cg.setdefault(w, {})[wanted[s.name]] = s.value
