@@ -17,6 +17,7 @@ from aiohttp import web
 
 from exporter import __version__, factory
 from exporter.config import Config, ConfigError, add_flags, build_config
+from exporter.oncall import explain, top
 from exporter.server import make_app
 
 log = logging.getLogger("exporter")
@@ -74,8 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--check", action="store_true",
                      help="fail (exit 1) when a committed generated file is stale")
     gen.add_argument("--root", default=".", help="repository root (default: .)")
-    from exporter.oncall import explain, top
-
     ex = sub.add_parser("explain", help="why is this pod close to an OOM kill (from Prometheus)",
                         description="A diagnosis of one pod from Prometheus. Exit codes: 0 "
                         "healthy, 1 at risk, 2 bad usage, 3 no data.")
@@ -129,8 +128,6 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             print(f"headroom {args.command}: unknown arguments: {' '.join(unknown)}",
                   file=sys.stderr)
             return USAGE_ERROR
-        from exporter.oncall import explain, top
-
         return explain.run(args) if args.command == "explain" else top.run(args)
     problems = [f"unknown flag {u}" for u in unknown]
     config: Config | None = None
