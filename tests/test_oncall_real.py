@@ -308,6 +308,9 @@ def test_postmortem_page_in_chromium(stack: Stack) -> None:
     (out / "postmortem.dom.html").write_text(dom)
     browse(f"--screenshot={shot}", "--window-size=1000,1500")
     assert shot.stat().st_size > 10_000
+    phone = out / "postmortem-phone.png"  # the narrow drawing, for a look by eye
+    browse(f"--screenshot={phone}", "--window-size=390,1200")
+    assert phone.stat().st_size > 10_000
     assert f"<b>{VICTIM}</b>" in dom
     start = dom.index('class="chart chart-memory wide"')
     chart = dom[start:dom.index("</svg>", start)]
