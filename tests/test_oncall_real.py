@@ -229,8 +229,9 @@ def test_explain_names_the_growing_process_then_the_kill(stack: Stack) -> None:
     time.sleep(3)
     stack.oom.send(f"shm 16 headroom-oncall-{uid[:8]}")
     stack.tree.shm_files.append(Path(f"/dev/shm/headroom-oncall-{uid[:8]}"))
-    stack.oom.send("grow 1 250", wait=False)  # 4 MiB/s toward 160 MiB
-    # Halfway to the limit, explain must see it coming and name the process.
+    stack.oom.send("grow 1 400", wait=False)  # 2.5 MiB/s: about a minute to 160 MiB
+    # Halfway to the limit (some 25 s before the kill, room for a loaded machine), explain
+    # must see it coming and name the process.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         r = query(stack.prom, f'headroom_memory_unreclaimable_bytes{{pod="{uid}",'
