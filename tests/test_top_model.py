@@ -142,3 +142,54 @@ def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
     shown += [t for t, _ in draw(st, 100, 10)]
     assert not any(ch in "".join(shown) for ch in "\x1b\x07\n")
     assert any("a?[2J??b" in t for t in shown)
+
+
+def test_reader_reads_in_the_background_and_reports_errors() -> None:
+    """A real HTTP server: one path serves the golden exposition, one hangs. The reader
+    never blocks its caller; a hung or absent exporter is an error line, not a freeze."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from exporter.oncall.top import Read, Reader, apply
+
+    body = GOLDEN.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/hang":
+                time.sleep(3)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    readers = [Reader(f"{base}/metrics", 0.2), Reader(f"{base}/hang", 0.2),
+               Reader("http://127.0.0.1:9/metrics", 0.2)]
+    try:
+        started = time.monotonic()
+        assert readers[1].latest() is None  # hung: nothing yet, and no wait
+        assert time.monotonic() - started < 0.1
+        deadline = time.monotonic() + 10
+        got: list[Read | None] = [None, None, None]
+        while time.monotonic() < deadline and (got[0] is None or got[2] is None):
+            for i in (0, 2):
+                got[i] = got[i] or readers[i].latest()
+            time.sleep(0.05)
+        st = State(base)
+        assert got[0] is not None and got[2] is not None, got
+        apply(st, got[0])
+        assert ("llm-serving", "llama-70b-0") in st.pods and st.error == ""
+        apply(st, got[2])
+        assert "URLError" in st.error and st.pods  # the last good read stays on screen
+    finally:
+        for r in readers:
+            r.stop()
+        server.shutdown()
+        server.server_close()

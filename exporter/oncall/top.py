@@ -18,7 +18,9 @@ import contextlib
 import curses
 import math
 import os
+import queue
 import sys
+import threading
 import time
 import urllib.request
 from collections import deque
@@ -315,19 +317,54 @@ def fetch(url: str, timeout: float = 2.0) -> str:
     return body.decode("utf-8", "replace")
 
 
-def refresh(st: State, metrics_url: str) -> None:
-    try:
-        pods = parse(fetch(metrics_url))
-    except Exception as exc:  # the exporter restarting must not end the view
-        st.error = f"{type(exc).__name__}: {exc}"[:200]
+Read = tuple[float, dict[tuple[str, str], Pod] | None, str]  # (when, pods, error)
+
+
+class Reader:
+    """Reads /metrics every ``interval`` in a thread: a slow or hung exporter never
+    freezes the keys. Only the newest read is kept."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        self._url, self._interval = url, interval
+        self._latest: queue.Queue[Read] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="headroom-top-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                read: Read = (started, parse(fetch(self._url)), "")
+            except Exception as exc:  # the exporter restarting must not end the view
+                read = (started, None, f"{type(exc).__name__}: {exc}"[:200])
+            with contextlib.suppress(queue.Empty):
+                self._latest.get_nowait()  # drop an unread older one
+            self._latest.put(read)
+            self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))
+
+    def latest(self) -> Read | None:
+        try:
+            return self._latest.get_nowait()
+        except queue.Empty:
+            return None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def apply(st: State, read: Read) -> None:
+    when, pods, error = read
+    st.error = error
+    if pods is None:
         return
-    st.error = ""
     st.updated = time.time()
     st.pods = pods
-    st.rates.observe(time.monotonic(), pods)
+    st.rates.observe(when, pods)
 
 
-def _loop(screen: curses.window, st: State, metrics_url: str, interval: float) -> None:
+def _loop(screen: curses.window, st: State, reader: Reader) -> None:
     curses.curs_set(0)
     curses.use_default_colors()
     styles = {"": curses.A_NORMAL, "head": curses.A_BOLD, "dim": curses.A_DIM,
@@ -336,11 +373,10 @@ def _loop(screen: curses.window, st: State, metrics_url: str, interval: float) -
         curses.init_pair(1, curses.COLOR_RED, -1)
         styles["bad"] = curses.color_pair(1) | curses.A_BOLD
     screen.timeout(100)
-    next_read = 0.0
     while True:
-        if time.monotonic() >= next_read:
-            refresh(st, metrics_url)
-            next_read = time.monotonic() + interval
+        read = reader.latest()
+        if read is not None:
+            apply(st, read)
         height, width = screen.getmaxyx()
         screen.erase()
         for y, (text, style) in enumerate(draw(st, width, height)):
@@ -375,8 +411,12 @@ def run(args: argparse.Namespace) -> int:
     # stale at the first resize (and some launchers set 80x24): ask the terminal.
     for name in ("LINES", "COLUMNS"):
         os.environ.pop(name, None)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it like q
-        curses.wrapper(_loop, st, url, max(0.2, args.interval))
+    reader = Reader(url, max(0.2, args.interval))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it like q
+            curses.wrapper(_loop, st, reader)
+    finally:
+        reader.stop()
     return 0
 
 
