@@ -428,7 +428,7 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
             "per API server and engine: mm_processor_cache_gb x (api_server_count + "
             "data_parallel_size) in all.",
             ("--mm-processor-cache-gb", "--mm-processor-cache-type",
-             "VLLM_MM_INPUT_CACHE_GIB (vLLM before 0.10)"),
+             "VLLM_MM_INPUT_CACHE_GIB (older vLLM)"),
             _runbook(base, "HeadroomSharedMemoryFillingUp"))))
 
     procs = [g for g in growth if g.what == "process"]
