@@ -73,12 +73,30 @@ MEMORY_PEAK_BYTES = MetricSpec(
 MEMORY_EVENTS_TOTAL = MetricSpec(
     "headroom_memory_events_total", "counter", (*W, "event"),
     "Memory events from memory.events (v2: low, high, max, oom, oom_kill, oom_group_kill; "
-    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control.",
+    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control; "
+    "a v1 pod-level oom_kill is its containers' kills (v1 counts none there), kept after a "
+    "container's cgroup is removed.",
 )
 MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
     "headroom_memory_pressure_seconds_total", "counter", (*W, "level"),
     "Time tasks of the cgroup stalled on memory (PSI memory.pressure, cgroup v2), by level "
     "(some, full).",
+)
+MEMORY_HIGH_BYTES = MetricSpec(
+    "headroom_memory_high_bytes", "gauge", W,
+    "memory.high where set (cgroup v2; Kubernetes MemoryQoS writes it when configured): "
+    "above it the kernel throttles and reclaims the cgroup (memory.events high counts it) "
+    "instead of killing; absent when unset (max).",
+)
+MEMORY_MIN_BYTES = MetricSpec(
+    "headroom_memory_min_bytes", "gauge", W,
+    "memory.min where set (cgroup v2; MemoryQoS sets it to the memory request): memory "
+    "the kernel never reclaims from the cgroup; absent when 0.",
+)
+MEMORY_LOW_BYTES = MetricSpec(
+    "headroom_memory_low_bytes", "gauge", W,
+    "memory.low where set (cgroup v2): memory reclaimed from the cgroup only when nothing "
+    "else is left (best-effort protection); absent when 0.",
 )
 MEMORY_SWAP_BYTES = MetricSpec(
     "headroom_memory_swap_bytes", "gauge", W,
@@ -171,7 +189,8 @@ VLLM_PREEMPTIONS_TOTAL = MetricSpec(
 # --- post-mortem -----------------------------------------------------------------------
 OOM_KILLS_TOTAL = MetricSpec(
     "headroom_oom_kills_total", "counter", (*W, "process"),
-    "OOM kills seen by headroom's watcher, with the victim's process name when known.",
+    "OOM kills seen by headroom's watcher since it started, once each (a memory.oom.group "
+    "kill of several processes is one), with the victim's process name when known.",
 )
 
 # --- exporter health --------------------------------------------------------------------

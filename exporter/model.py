@@ -52,6 +52,10 @@ class CgroupMemory:
     swap: int | None  # None where the kernel does not account swap
     events: Mapping[str, int]  # event -> count (only what the kernel offers)
     pressure: Mapping[str, float]  # level -> seconds stalled (empty without PSI)
+    # v2 MemoryQoS knobs where set (memory.high below "max", memory.min/low above 0)
+    high: int | None = None
+    min: int | None = None
+    low: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -23,7 +23,6 @@ from exporter.discovery import Discovered, Discovery
 from exporter.join import Snapshot, join
 from exporter.model import CollectorResult, PodDirectory
 from exporter.oom.postmortem import PostMortem
-from exporter.oom.watcher import kill_domains
 from exporter.sampler import PeakSampler
 from exporter.source import Context, Result, Results, Source
 
@@ -49,6 +48,22 @@ class Named:
 
 def _collector(source: Source[object], ctx: Context) -> Callable[[], Awaitable[Result[object]]]:
     return lambda: source.collect(ctx)
+
+
+def with_pod_kills(snapshot: Snapshot, pod_kills: Mapping[str, int]) -> Snapshot:
+    """v1: a pod-level cgroup's ``oom_kill`` event is its containers' kills (the kernel
+    counts a kill only in the victim's own cgroup, so the pod's own counter stays 0 and
+    the pod-level count would miss every kill); they stay counted after a container's
+    cgroup is removed. Kept by the OOM watcher (oom/watcher.py)."""
+    out = []
+    for ws in snapshot.workloads:
+        extra = pod_kills.get(ws.ref.path)
+        if extra is not None and ws.memory is not None and ws.ref.is_pod_level:
+            events = {**ws.memory.events}
+            events["oom_kill"] = events.get("oom_kill", 0) + extra
+            ws = replace(ws, memory=replace(ws.memory, events=events))
+        out.append(ws)
+    return replace(snapshot, workloads=tuple(out))
 
 
 class Pipeline:
@@ -83,8 +98,7 @@ class Pipeline:
             return join((), self.pods, Results(), {}, outcomes)
         d = found.data
         if self.sampler is not None:
-            self.sampler.set_tracked(d.hierarchy, (r.path for r in d.refs), kill_domains(
-                ((r.path, r.pod_uid, r.is_pod_level) for r in d.refs), d.hierarchy.version))
+            self.sampler.set_tracked(d.hierarchy, d.refs)
         results = Results()
         # One after another: they are mostly CPU-bound Python, and running them in
         # parallel threads only adds GIL hand-offs (measured: about 2x the CPU per scrape).
@@ -102,6 +116,8 @@ class Pipeline:
         table = results.get(procfs.KEY)
         self.postmortem.observe(snapshot, table.processes if table is not None else {},
                                 [r.path for r in d.refs])
+        if d.hierarchy.version == 1:
+            snapshot = with_pod_kills(snapshot, self.postmortem.pod_kills())
         return replace(snapshot, oom_kills=self.postmortem.counts())
 
     async def _discover(self) -> Result[Discovered]:

@@ -26,6 +26,8 @@ def memory_families(snapshot: Snapshot) -> list[Family]:
                                   Family(c.MEMORY_PEAK_BYTES))
     events, pressure, swap = (Family(c.MEMORY_EVENTS_TOTAL),
                               Family(c.MEMORY_PRESSURE_SECONDS_TOTAL), Family(c.MEMORY_SWAP_BYTES))
+    high, low, min_ = (Family(c.MEMORY_HIGH_BYTES), Family(c.MEMORY_LOW_BYTES),
+                       Family(c.MEMORY_MIN_BYTES))
     for ws in snapshot.workloads:
         m = ws.memory
         if m is None:
@@ -44,9 +46,13 @@ def memory_families(snapshot: Snapshot) -> list[Family]:
             pressure.add_to(w, seconds, level)
         if m.swap is not None:
             swap.add_to(w, m.swap)
+        for family, value in ((high, m.high), (min_, m.min), (low, m.low)):
+            if value is not None:
+                family.add_to(w, value)
         # The window maximum can never be below what we just read.
         peak.add_to(w, max(ws.peak or 0, m.usage))
-    return [limit, usage, working_set, kinds, unreclaimable, peak, events, pressure, swap]
+    return [limit, usage, working_set, kinds, unreclaimable, peak, events, pressure, swap,
+            high, min_, low]
 
 
 def tmpfs_families(snapshot: Snapshot) -> list[Family]:
