@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 from exporter import __version__
 from exporter import catalog as c
-from exporter.encode import Family, label_pairs
+from exporter.encode import Family, extend, label_pairs
 from exporter.join import GpuUse, Snapshot, VllmView, WorkloadSnapshot
 from exporter.model import Workload
 
@@ -65,12 +65,14 @@ def process_families(snapshot: Snapshot) -> list[Family]:
     for ws in snapshot.workloads:
         w = _w(ws) if ws.processes else ""
         for g in ws.processes:
-            count.add_to(w, g.count, g.name)
+            # process="..." rendered once per group, then one label per sample
+            pw = extend(w, c.PROCESS_COUNT.labels[len(c.WORKLOAD_LABELS):], (g.name,))
+            count.add_to(pw, g.count)
             for kind, value in g.memory_by_kind():
-                memory.add_to(w, value, g.name, kind)
+                memory.add_to(pw, value, kind)
             if g.pss is not None:
                 for kind, value in g.pss.by_kind():
-                    pss.add_to(w, value, g.name, kind)
+                    pss.add_to(pw, value, kind)
     return [memory, pss, count]
 
 

@@ -26,6 +26,23 @@ HOSTS = FIXTURES / "hosts"
 GOLDEN = Path(__file__).parent / "golden"
 
 
+# The README's tiers as markers. kernel, prometheus and vllm are set by the modules that
+# need them; the rest by file, here, so `pytest -m "unit or golden"` runs anywhere.
+GOLDEN_MODULES = {"test_golden.py", "test_extensions.py"}
+CHART_MODULES = {"test_chart.py"}
+NEEDS_MORE = ("kernel", "prometheus", "vllm")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in NEEDS_MORE):
+            continue
+        name = item.path.name
+        tier = "golden" if name in GOLDEN_MODULES else "chart" if name in CHART_MODULES \
+            else "unit"
+        item.add_marker(tier)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite golden files from the current output (review the diff)")

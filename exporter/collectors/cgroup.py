@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter.catalog import EVENT_MAX, EVENT_OOM_KILL
 from exporter.model import CgroupMemory, CgroupRef, CgroupVersion
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
 from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
@@ -198,18 +199,18 @@ def parse_events(raw: RawCgroup) -> dict[str, int]:
         return parse_flat_keyed(raw.events) if raw.events is not None else {}
     events: dict[str, int] = {}
     if raw.failcnt is not None:
-        events["max"] = int(raw.failcnt.strip() or 0)
+        events[EVENT_MAX] = int(raw.failcnt.strip() or 0)
     if raw.oom_control is not None:
         oom = parse_flat_keyed(raw.oom_control)
-        if "oom_kill" in oom:
-            events["oom_kill"] = oom["oom_kill"]
+        if EVENT_OOM_KILL in oom:
+            events[EVENT_OOM_KILL] = oom[EVENT_OOM_KILL]
     return events
 
 
 def parse_oom_kills(text: str) -> int | None:
     """``oom_kill`` of memory.events(.local) (v2) or memory.oom_control (v1): kills of
     processes in this cgroup, whichever limit was hit (the OOM watcher's counter)."""
-    return parse_flat_keyed(text).get("oom_kill")
+    return parse_flat_keyed(text).get(EVENT_OOM_KILL)
 
 
 def parse_cgroup(raw: RawCgroup, node_memory: int) -> CgroupMemory:
