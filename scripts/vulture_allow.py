@@ -6,6 +6,7 @@ _ = object()
 # Called by frameworks: pytest hooks and module marks, http.server handlers, tokenizers
 # attributes set for the library to read.
 pytest_addoption
+pytest_collection_modifyitems
 pytestmark
 protocol_version
 _.log_message
