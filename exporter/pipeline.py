@@ -45,6 +45,7 @@ class _Guard:
 class Named:
     name: str
     source: Source[object]
+    needs_cgroups: bool = True
 
 
 def _collector(source: Source[object], ctx: Context) -> Callable[[], Awaitable[Result[object]]]:
@@ -79,29 +80,31 @@ class Pipeline:
     async def _collect(self) -> Snapshot:
         outcomes: list[CollectorResult] = []
         found = await self._guarded(DISCOVERY, self._discover, outcomes)
-        if found is None or found.data is None:
-            return join((), self.pods, Results(), {}, outcomes)
-        d = found.data
-        if self.sampler is not None:
+        d = found.data if found is not None else None
+        if d is not None and self.sampler is not None:
             self.sampler.set_tracked(d.hierarchy, (r.path for r in d.refs), kill_domains(
                 ((r.path, r.pod_uid, r.is_pod_level) for r in d.refs), d.hierarchy.version))
+        refs = d.refs if d is not None else ()
         results = Results()
         # One after another: they are mostly CPU-bound Python, and running them in
         # parallel threads only adds GIL hand-offs (measured: about 2x the CPU per scrape).
         for s in self.sources:
-            ctx = Context(d.hierarchy, d.refs, self.pods, results)
+            if d is None and s.needs_cgroups:
+                continue  # discovery failed: its failure is reported, not theirs
+            ctx = Context(d.hierarchy if d is not None else None, refs, self.pods, results)
             result = await self._guarded(s.name, _collector(s.source, ctx), outcomes)
             if result is not None:
                 results = results.with_data(s.name, result.data)
         peaks = {}
         if self.sampler is not None:
-            peaks = {r.path: p for r in d.refs if (p := self.sampler.peak(r.path)) is not None}
-        snapshot = join(d.refs, self.pods, results, peaks, outcomes)
+            peaks = {r.path: p for r in refs if (p := self.sampler.peak(r.path)) is not None}
+        snapshot = join(refs, self.pods, results, peaks, outcomes)
         if self.postmortem is None:
             return snapshot
-        table = results.get(procfs.KEY)
-        self.postmortem.observe(snapshot, table.processes if table is not None else {},
-                                [r.path for r in d.refs])
+        if d is not None:
+            table = results.get(procfs.KEY)
+            self.postmortem.observe(snapshot, table.processes if table is not None else {},
+                                    [r.path for r in refs])
         return replace(snapshot, oom_kills=self.postmortem.counts())
 
     async def _discover(self) -> Result[Discovered]:

@@ -46,7 +46,7 @@ class Result(Generic[D_co]):
     errors: tuple[str, ...] = ()
 
 
-def partial(data: D, errors: list[str], what: str) -> Result[D]:
+def partial_result(data: D, errors: list[str], what: str) -> Result[D]:
     """A result whose errors are summarised as "N <what> unreadable, first: ..."."""
     if not errors:
         return Result(data)
@@ -72,12 +72,19 @@ class Results:
 
 @dataclass(frozen=True)
 class Context:
-    """What a source may use on one scrape."""
+    """What a source may use on one scrape. When discovery failed (no memory controller
+    yet) only sources that do not need cgroups run, with no ``hierarchy`` and no refs."""
 
-    hierarchy: MemoryHierarchy
+    found_hierarchy: MemoryHierarchy | None
     refs: tuple[CgroupRef, ...]  # the tracked cgroups, from discovery
     pods: PodDirectory | None  # Kubernetes names, when the API watcher runs
     results: Results  # earlier sources' data
+
+    @property
+    def hierarchy(self) -> MemoryHierarchy:
+        if self.found_hierarchy is None:  # the pipeline does not run such a source then
+            raise RuntimeError("no memory cgroup hierarchy on this scrape")
+        return self.found_hierarchy
 
     def get(self, key: Key[D]) -> D | None:
         return self.results.get(key)
@@ -121,6 +128,7 @@ class SourceSpec(Generic[S, D]):
     build: Callable[[S, HostPaths], Source[D] | None]
     default_enabled: bool = True
     chart: bool = True  # an exporter.collectors.<name> chart value (kubernetes: no)
+    needs_cgroups: bool = True  # False: also runs when discovery failed (GPU, API health)
 
     @property
     def name(self) -> str:
@@ -145,6 +153,8 @@ class Registered(Protocol):
     def default_enabled(self) -> bool: ...
     @property
     def chart(self) -> bool: ...
+    @property
+    def needs_cgroups(self) -> bool: ...
 
     def make(self, settings: Settings, paths: HostPaths) -> Source[object] | None: ...
 

@@ -35,8 +35,16 @@ from dataclasses import dataclass
 from exporter.catalog import EVENT_MAX, EVENT_OOM_KILL
 from exporter.model import CgroupMemory, CgroupRef, CgroupVersion
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
-from exporter.source import partial as partial_result
+from exporter.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+    partial_result,
+)
 
 V2_KERNEL_PARTS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc")
 V1_UNLIMITED_FLOOR = 1 << 62  # v1 reports "no limit" as PAGE_COUNTER_MAX pages

@@ -124,4 +124,4 @@ def _build(settings: KubernetesSettings, _paths: HostPaths) -> KubernetesSource 
 
 
 SPEC = SourceSpec(KEY, "pod names from the Kubernetes API (LIST+WATCH of this node's pods)",
-                  KubernetesSettings, _build, chart=False)
+                  KubernetesSettings, _build, chart=False, needs_cgroups=False)

@@ -137,4 +137,4 @@ class VllmSource(SourceBase):
 
 
 SPEC = SourceSpec(KEY, "each local vLLM's /metrics and KV cache events", VllmSettings,
-                  VllmSource)
+                  VllmSource, needs_cgroups=False)
