@@ -20,12 +20,12 @@ from typing import TypeVar
 
 from exporter.collectors import procfs
 from exporter.discovery import Discovered, Discovery
-from exporter.join import Snapshot, join
+from exporter.join import Snapshot, join, labels_of
 from exporter.model import CollectorResult, PodDirectory
 from exporter.oom.postmortem import PostMortem
 from exporter.oom.watcher import kill_domains
 from exporter.sampler import PeakSampler
-from exporter.source import Context, Result, Results, Source
+from exporter.source import Context, Registered, Result, Results, Source
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,9 +43,14 @@ class _Guard:
 
 @dataclass(frozen=True)
 class Named:
-    name: str
+    """A built source and its registry entry."""
+
+    spec: Registered
     source: Source[object]
-    needs_cgroups: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
 
 def _collector(source: Source[object], ctx: Context) -> Callable[[], Awaitable[Result[object]]]:
@@ -89,7 +94,7 @@ class Pipeline:
         # One after another: they are mostly CPU-bound Python, and running them in
         # parallel threads only adds GIL hand-offs (measured: about 2x the CPU per scrape).
         for s in self.sources:
-            if d is None and s.needs_cgroups:
+            if d is None and s.spec.needs_cgroups:
                 continue  # discovery failed: its failure is reported, not theirs
             ctx = Context(d.hierarchy if d is not None else None, refs, self.pods, results)
             result = await self._guarded(s.name, _collector(s.source, ctx), outcomes)
@@ -99,6 +104,9 @@ class Pipeline:
         if self.sampler is not None:
             peaks = {r.path: p for r in refs if (p := self.sampler.peak(r.path)) is not None}
         snapshot = join(refs, self.pods, results, peaks, outcomes)
+        labels = labels_of(snapshot, results)
+        snapshot = replace(snapshot, families=tuple(
+            f for s in self.sources for f in s.spec.families(results, labels)))
         if self.postmortem is None:
             return snapshot
         if d is not None:

@@ -158,6 +158,11 @@ def _prefix_blocks(fam: Family, w: str, v: VllmView) -> None:
         fam.add_to(w, n, engines.get(engine) or first, engine, medium)
 
 
+def source_families(snapshot: Snapshot) -> list[Family]:
+    """Families of sources that render their own (``SourceSpec.render``)."""
+    return list(snapshot.families)
+
+
 def health_families(snapshot: Snapshot) -> list[Family]:
     success, duration = Family(c.COLLECTOR_SUCCESS), Family(c.COLLECTOR_DURATION_SECONDS)
     for r in snapshot.collectors:
@@ -171,7 +176,7 @@ def health_families(snapshot: Snapshot) -> list[Family]:
 # Exposition order (the golden files pin it).
 RENDERERS: tuple[Renderer, ...] = (
     memory_families, tmpfs_families, process_families, oom_families, node_families,
-    gpu_families, vllm_families, health_families,
+    gpu_families, vllm_families, source_families, health_families,
 )
 
 

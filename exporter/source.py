@@ -15,11 +15,12 @@ pipeline, the join and the renderer never see ``object``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from exporter.model import CgroupRef, PodDirectory
+from exporter.encode import Family
+from exporter.model import CgroupRef, Labels, PodDirectory
 from exporter.paths import HostPaths, MemoryHierarchy
 from exporter.settings import Settings
 
@@ -129,6 +130,9 @@ class SourceSpec(Generic[S, D]):
     default_enabled: bool = True
     chart: bool = True  # an exporter.collectors.<name> chart value (kubernetes: no)
     needs_cgroups: bool = True  # False: also runs when discovery failed (GPU, API health)
+    # A source whose data has no field in join.Snapshot renders its own family group from
+    # the join's labels (render.py renders the core sources' data).
+    render: Callable[[D, Labels], Iterable[Family]] | None = None
 
     @property
     def name(self) -> str:
@@ -138,6 +142,12 @@ class SourceSpec(Generic[S, D]):
         if not isinstance(settings, self.settings):
             raise TypeError(f"{self.name}: settings of type {type(settings).__name__}")
         return self.build(settings, paths)
+
+    def families(self, results: Results, labels: Labels) -> list[Family]:
+        data = results.get(self.key)
+        if data is None or self.render is None:
+            return []
+        return list(self.render(data, labels))
 
 
 class Registered(Protocol):
@@ -157,6 +167,8 @@ class Registered(Protocol):
     def needs_cgroups(self) -> bool: ...
 
     def make(self, settings: Settings, paths: HostPaths) -> Source[object] | None: ...
+
+    def families(self, results: Results, labels: Labels) -> list[Family]: ...
 
 
 @dataclass(frozen=True)
