@@ -18,6 +18,7 @@ from exporter.encode import encode
 from exporter.factory import Exporter
 from exporter.model import ContainerInfo, PodInfo
 from exporter.paths import HostPaths
+from exporter.registry import NAMES
 from exporter.render import render
 from exporter.source import Source
 
@@ -81,9 +82,14 @@ def recorded_pods() -> StaticPods:
     })
 
 
+# Sources that need a GPU, a vLLM or an API server: test_extensions and test_kube run
+# them against recorded stand-ins. Every other registered source runs on the host trees.
+NOT_ON_HOST_TREES = frozenset({"nvml", "vllm", "kubernetes"})
+
+
 def host_config(host: str) -> Config:
     root = HOSTS / host
-    return Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
+    return Config(collectors=frozenset(NAMES) - NOT_ON_HOST_TREES).with_settings(
         PathSettings(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup"),
         ProcfsSettings(pss_max_rss=4 << 30),
     )
