@@ -38,7 +38,7 @@ class Family:
         """A sample whose leading labels are already rendered (``prefix``, e.g. a
         workload's three); ``labels`` are the values of the spec's remaining labels."""
         if len(labels) == 1:  # the common case, kept cheap: thousands per scrape
-            tail = f'{self.spec.labels[-1]}="{_escape_label(labels[0])}"'
+            tail = f'{self.spec.labels[-1]}="{escape_label(labels[0])}"'
             prefix = f"{prefix},{tail}" if prefix else tail
         elif labels:
             names = self.spec.labels[len(self.spec.labels) - len(labels):]
@@ -53,7 +53,7 @@ def extend(prefix: str, names: Sequence[str], values: Sequence[str]) -> str:
 
 
 def label_pairs(names: Sequence[str], values: Sequence[str]) -> str:
-    return ",".join([f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True)])
+    return ",".join([f'{n}="{escape_label(v)}"' for n, v in zip(names, values, strict=True)])
 
 
 def format_value(v: float) -> str:
@@ -69,7 +69,7 @@ def format_value(v: float) -> str:
     return repr(v)
 
 
-def _escape_label(value: str) -> str:
+def escape_label(value: str) -> str:
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value

@@ -25,7 +25,7 @@ from exporter.model import CollectorResult, PodDirectory
 from exporter.oom.postmortem import PostMortem
 from exporter.oom.watcher import kill_domains
 from exporter.sampler import PeakSampler
-from exporter.source import Context, Registered, Result, Results, Source
+from exporter.source import Context, Registered, Result, Results, Source, in_thread
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,7 +116,7 @@ class Pipeline:
         return replace(snapshot, oom_kills=self.postmortem.counts())
 
     async def _discover(self) -> Result[Discovered]:
-        return Result(await asyncio.to_thread(self.discovery.discover))
+        return Result(await in_thread(self.discovery.discover))
 
     async def _guarded(self, name: str, collect: Callable[[], Awaitable[Result[T]]],
                        outcomes: list[CollectorResult]) -> Result[T] | None:
