@@ -17,6 +17,10 @@ _.do_DELETE
 _.pre_tokenizer
 _.decoder
 _.chat_template
+_.handle_starttag  # html.parser.HTMLParser
+_.daemon_threads  # socketserver
+exc_type  # __aexit__'s signature
+tb
 
 # The catalogue's label values: the contract that alerts/ and dashboards/ spell their
 # selectors with (they adopt them in the same wave as this list).
