@@ -1,7 +1,10 @@
 """Scrape cost of ``headroom serve`` on a synthetic node (a benchmark, not a test).
 
-    python benchmarks/scrape_cost.py [--containers 100] [--processes 500] [--scrapes 200]
-    python benchmarks/scrape_cost.py --idle 20 [--repeat 5]     # idle cost only
+    python3 -m benchmarks.scrape_cost [--containers 100] [--processes 500] [--scrapes 200]
+    python3 -m benchmarks.scrape_cost --idle 20 [--repeat 5]     # idle cost only
+
+(from the repository root: it builds the node with the kernel tier's cgroup helpers,
+``tests/kernel.py``).
 
 Builds a real node shape on this kernel: memory cgroups beneath this process's own cgroup,
 shaped like a kubelet's cgroupfs tree (pods with 3 containers each, plus pod-level
@@ -34,8 +37,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.kernel import kube_tree
 

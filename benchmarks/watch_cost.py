@@ -1,7 +1,7 @@
 """What finding new cgroups and following kill counters cost the sampler, per mechanism
 (a benchmark, not a test).
 
-    python benchmarks/watch_cost.py [--containers 102] [--seconds 20]
+    python3 -m benchmarks.watch_cost [--containers 102] [--seconds 20]
 
 On a real kubelet-shaped tree beneath this process's memory cgroup (the kernel's cgroupfs,
 v1 or v2, as scrape_cost.py builds it), with nothing changing (an idle node), it runs one
@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import argparse
 import select
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import read_kill_counters

@@ -12,8 +12,6 @@ from typing import Literal
 
 MetricType = Literal["gauge", "counter", "info"]
 
-PREFIX = "headroom_"
-
 # The workload label set: cAdvisor's names, so joins with kube-state-metrics work.
 WORKLOAD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
 
@@ -230,18 +228,23 @@ ALL: tuple[MetricSpec, ...] = tuple(
 MEMORY_KINDS: tuple[str, ...] = (
     "anon", "shmem", "kernel", "sock", "unaccounted", "file_active", "file_inactive",
 )
-# headroom_process_memory_bytes{kind} and headroom_process_memory_pss_bytes{kind}
-PROCESS_MEMORY_KINDS: tuple[str, ...] = ("rss_anon", "rss_file", "rss_shmem", "swap")
-PSS_KINDS: tuple[str, ...] = ("anon", "file", "shmem")
-# headroom_memory_events_total{event}, as the kernel names them
-MEMORY_EVENTS: tuple[str, ...] = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+# headroom_process_memory_bytes{kind}
+RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP = "rss_anon", "rss_file", "rss_shmem", "swap"
+PROCESS_MEMORY_KINDS: tuple[str, ...] = (RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP)
+# headroom_process_memory_pss_bytes{kind}
+PSS_ANON, PSS_FILE, PSS_SHMEM = "anon", "file", "shmem"
+PSS_KINDS: tuple[str, ...] = (PSS_ANON, PSS_FILE, PSS_SHMEM)
+# headroom_memory_events_total{event}, as the kernel names them (v1 has max and oom_kill)
+EVENT_MAX, EVENT_OOM_KILL = "max", "oom_kill"
+MEMORY_EVENTS: tuple[str, ...] = ("low", "high", EVENT_MAX, "oom", EVENT_OOM_KILL,
+                                  "oom_group_kill")
 # headroom_memory_pressure_seconds_total{level} (PSI)
 PRESSURE_LEVELS: tuple[str, ...] = ("some", "full")
 # headroom_vllm_*{medium}: where KV-cache blocks live
 MEDIUM_GPU = "gpu"
 MEDIUM_CPU = "cpu"
 KV_MEDIA: tuple[str, ...] = (MEDIUM_GPU, MEDIUM_CPU)
-# headroom_vllm_requests{state}
+# headroom_vllm_requests{state} (swapped: V0 only)
 REQUEST_STATES: tuple[str, ...] = ("running", "waiting", "swapped")
 # headroom_processes{process}: the name the tail beyond --procfs.max-processes is summed as
 OTHER_PROCESS = "other"

@@ -83,7 +83,7 @@ def build_sources(config: Config, paths: HostPaths,
         if source is None:
             log.info("collector %s: not available on this host", spec.name)
             continue
-        out.append(Named(spec.name, source))
+        out.append(Named(spec, source))
     return out
 
 

@@ -26,8 +26,10 @@ if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
     export HEADROOM_VLLM_PYTHON="$PWD/.vllm-venv/bin/python"
 fi
 
-echo "== lint, types, generated files"
+echo "== lint, dead code, types, generated files"
 ruff check .
+# Dead code: anything no module, test or benchmark uses (framework hooks are listed there).
+vulture exporter alerts dashboards tests benchmarks scripts/vulture_allow.py --min-confidence 60
 mypy
 headroom generate --check
 

@@ -32,10 +32,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter.catalog import EVENT_MAX, EVENT_OOM_KILL
 from exporter.model import CgroupMemory, CgroupRef, CgroupVersion
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
-from exporter.source import partial as partial_result
+from exporter.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+    partial_result,
+)
 
 V2_KERNEL_PARTS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc")
 V1_UNLIMITED_FLOOR = 1 << 62  # v1 reports "no limit" as PAGE_COUNTER_MAX pages
@@ -201,11 +210,11 @@ def parse_events(raw: RawCgroup) -> dict[str, int]:
         return parse_flat_keyed(raw.events) if raw.events is not None else {}
     events: dict[str, int] = {}
     if raw.failcnt is not None:
-        events["max"] = int(raw.failcnt.strip() or 0)
+        events[EVENT_MAX] = int(raw.failcnt.strip() or 0)
     if raw.oom_control is not None:
         oom = parse_flat_keyed(raw.oom_control)
-        if "oom_kill" in oom:
-            events["oom_kill"] = oom["oom_kill"]
+        if EVENT_OOM_KILL in oom:
+            events[EVENT_OOM_KILL] = oom[EVENT_OOM_KILL]
     return events
 
 
@@ -222,9 +231,9 @@ class KillCounters:
 def parse_kill_counters(text: str) -> KillCounters | None:
     """From memory.events (v2) or memory.oom_control (v1); None without an oom_kill key."""
     keyed = parse_flat_keyed(text)
-    if "oom_kill" not in keyed:
+    if EVENT_OOM_KILL not in keyed:
         return None
-    return KillCounters(keyed["oom_kill"], keyed.get("oom_group_kill", 0))
+    return KillCounters(keyed[EVENT_OOM_KILL], keyed.get("oom_group_kill", 0))
 
 
 def parse_qos(text: str | None, unset: str) -> int | None:
