@@ -20,12 +20,11 @@ from exporter.collectors.vllm.kv_events import (
     BlockStored,
     KvBlockTracker,
     KvEventDecodeError,
-    KvEventsHub,
-    KvEventSubscriber,
     Outcome,
     decode_batch,
     is_replay_end,
 )
+from exporter.collectors.vllm.kv_subscriber import KvEventsHub, KvEventSubscriber
 
 H = [bytes([i]) * 32 for i in range(64)]  # sha256-sized block hashes, as vLLM 0.2x+ sends
 

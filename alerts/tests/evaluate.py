@@ -104,8 +104,9 @@ def notified(offset: str, inhibit: bool) -> str:
 CHUNK_STEPS = 800
 
 
-def stats_query(case: Case, inhibit: bool, until_s: int, span_s: int) -> str:
-    """Episodes begun and the first beginning per alert in (until - span, until]."""
+def stats_query(case: Case, inhibit: bool, span_s: int) -> str:
+    """Episodes begun and the first beginning per alert over the span up to the query's
+    evaluation time."""
     step = duration(case.step_s)
     starts = f"({notified('', inhibit)} unless {notified(step, inhibit)})"
     rng = f"[{duration(span_s)}:{step}]"
@@ -138,7 +139,7 @@ def test_file(case: Case, rules: list[Path], inhibit: bool) -> dict[str, Any]:
                              for k, v in sorted(case.series.items())],
             # Expect nothing: promtool then prints what it got.
             "promql_expr_test": [
-                {"expr": stats_query(case, inhibit, until, span),
+                {"expr": stats_query(case, inhibit, span),
                  "eval_time": duration(until), "exp_samples": []}
                 for until, span in chunks(case)
             ],

@@ -177,8 +177,6 @@ class ProcfsData:
 class ProcfsCollector:
     """Holds the PSS cache and the name cache between scrapes; used from one thread."""
 
-    name = "procfs"
-
     def __init__(
         self,
         paths: HostPaths,

@@ -14,7 +14,7 @@ import aiohttp
 from exporter.collectors import procfs
 from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm import metrics as vm
-from exporter.collectors.vllm.kv_events import KvEventsHub
+from exporter.collectors.vllm.kv_subscriber import KvEventsHub
 from exporter.paths import HostPaths
 from exporter.settings import Settings, parse_duration, parse_size, positive, repeated, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec
@@ -137,4 +137,4 @@ class VllmSource(SourceBase):
 
 
 SPEC = SourceSpec(KEY, "each local vLLM's /metrics and KV cache events", VllmSettings,
-                  VllmSource)
+                  VllmSource, needs_cgroups=False)
