@@ -564,7 +564,7 @@ def from_scenario(s: object) -> Case:
 
     assert isinstance(s, sc.Scenario)
     series: dict[str, list[Value]] = {
-        k: [None if x is None else float(round(x)) if abs(x) >= 1000 else round(x, 9)
+        k: [None if x is None else float(round(x)) if abs(x) >= 1000 else float(round(x, 9))
             for x in v]
         for k, v in sc.render(s).items()}
     expect: set[Key] = set()
