@@ -28,6 +28,7 @@ class ConfigError(Exception):
 class Config:
     listen_host: str = ""
     listen_port: int = 9847
+    web_config_file: Path | None = None  # exporter-toolkit web config: TLS, basic auth
     procfs: Path = Path("/proc")
     cgroupfs: Path = Path("/sys/fs/cgroup")
     kmsg: Path | None = Path("/dev/kmsg")  # None: do not read the kernel log
@@ -116,6 +117,9 @@ class Flag:
 FLAGS: tuple[Flag, ...] = (
     Flag("--web.listen-address", "listen", "address to serve /metrics on", ":9847",
          parse_listen),
+    Flag("--web.config.file", "web_config_file",
+         "exporter-toolkit web config (TLS, basic auth, headers); re-read on SIGHUP "
+         "(empty: plain HTTP)", "", lambda s: Path(s) if s else None),
     Flag("--path.procfs", "procfs", "procfs mount point (the host's, with hostPID)", "/proc",
          Path),
     Flag("--path.cgroupfs", "cgroupfs", "cgroup filesystem root", "/sys/fs/cgroup", Path),
