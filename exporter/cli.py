@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from exporter import __version__
 from exporter.config import Config, ConfigError, add_flags, build_config
+from exporter.connections import ConnectionGuard
 from exporter.logs import setup_logging
 from exporter.paths import HostPaths
 from exporter.pipeline import Pipeline
@@ -55,7 +56,9 @@ async def serve(config: Config, security: Security | None = None) -> None:
     integrations = build_integrations(config, paths)
     pipeline = Pipeline(config, paths, pods=integrations.pods)
     pipeline.extensions.extend(integrations.extensions)
-    app = make_app(pipeline, security)
+    guard = ConnectionGuard(config.web_max_connections or None, config.web_header_timeout,
+                            config.web_idle_timeout)
+    app = make_app(pipeline, security, guard)
     runner, _ = await start_server(app, config.listen_host or None, config.listen_port)
     log.info("listening on %s:%d (%s; collectors: %s)", config.listen_host or "*",
              config.listen_port, "TLS" if security.listener_ssl else "plain HTTP",

@@ -29,6 +29,9 @@ class Config:
     listen_host: str = ""
     listen_port: int = 9847
     web_config_file: Path | None = None  # exporter-toolkit web config: TLS, basic auth
+    web_max_connections: int = 0  # 0: a quarter of the open-file limit, at most 256
+    web_header_timeout: float = 10.0
+    web_idle_timeout: float = 90.0
     procfs: Path = Path("/proc")
     cgroupfs: Path = Path("/sys/fs/cgroup")
     kmsg: Path | None = Path("/dev/kmsg")  # None: do not read the kernel log
@@ -120,6 +123,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--web.config.file", "web_config_file",
          "exporter-toolkit web config (TLS, basic auth, headers); re-read on SIGHUP "
          "(empty: plain HTTP)", "", lambda s: Path(s) if s else None),
+    Flag("--web.max-connections", "web_max_connections",
+         "open HTTP connections kept; beyond it the longest-idle one is closed (0: a "
+         "quarter of the open-file limit, at most 256)", "0", int),
+    Flag("--web.header-timeout", "web_header_timeout",
+         "time a new connection has to send a request head (and a TLS handshake)", "10s",
+         parse_duration),
+    Flag("--web.idle-timeout", "web_idle_timeout",
+         "time a keep-alive connection may wait between requests", "90s", parse_duration),
     Flag("--path.procfs", "procfs", "procfs mount point (the host's, with hostPID)", "/proc",
          Path),
     Flag("--path.cgroupfs", "cgroupfs", "cgroup filesystem root", "/sys/fs/cgroup", Path),
@@ -250,9 +261,13 @@ def _check_ranges(v: Mapping[str, Any]) -> list[str]:
     for key, flag in (("collector_timeout", "--collector.timeout"),
                       ("vllm_timeout", "--vllm.timeout"),
                       ("procfs_pss_interval", "--procfs.pss-interval"),
-                      ("flight_recorder_window", "--flight-recorder.window")):
+                      ("flight_recorder_window", "--flight-recorder.window"),
+                      ("web_header_timeout", "--web.header-timeout"),
+                      ("web_idle_timeout", "--web.idle-timeout")):
         if key in v and v[key] <= 0:
             problems.append(f"{flag}: must be positive")
+    if v.get("web_max_connections", 0) < 0:
+        problems.append("--web.max-connections: must be 0 (automatic) or more")
     if "procfs_max_processes" in v and v["procfs_max_processes"] < 1:
         problems.append("--procfs.max-processes: must be at least 1")
     for key, flag in (("procfs", "--path.procfs"), ("cgroupfs", "--path.cgroupfs")):

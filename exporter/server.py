@@ -221,10 +221,10 @@ async def _add_headers(request: web.Request, response: web.StreamResponse) -> No
 
 def make_app(pipeline: Pipeline, security: Security | None = None,
              guard: ConnectionGuard | None = None) -> web.Application:
-    guard = guard or ConnectionGuard()
+    guard = guard if guard is not None else ConnectionGuard()
     app = web.Application(middlewares=[guard.middleware, security_middleware])
     app[PIPELINE_KEY] = pipeline
-    app[SECURITY_KEY] = security or Security(None)
+    app[SECURITY_KEY] = security if security is not None else Security(None)
     app[GUARD_KEY] = guard
     app[RENDERS_KEY] = _Renders()
     app[AUTH_POOL_KEY] = ThreadPoolExecutor(1, thread_name_prefix="auth")
