@@ -20,9 +20,10 @@ import threading
 import time
 from collections.abc import Callable
 
-# C0 and C1 controls, DEL, and the Unicode bidi controls and line/paragraph separators.
+# C0 and C1 controls, DEL, the Unicode bidi controls and line/paragraph separators, and
+# lone surrogates (undecodable bytes of a file name, kept by surrogateescape).
 _UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                        "\u202a-\u202e\u2066-\u2069]")
+                        "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

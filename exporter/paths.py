@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,14 @@ class HostPaths:
 
     def proc_file(self, pid: int | str, name: str) -> str:
         return f"{self.procfs}/{pid}/{name}"
+
+    def require_procfs(self) -> None:
+        """Raise unless ``procfs`` holds a procfs: with /proc gone (unmounted, a hostPath
+        that vanished) every pid would look exited, and a collector would report success
+        with no series (red-team F18)."""
+        if not os.path.exists(f"{self.procfs}/meminfo"):
+            raise FileNotFoundError(
+                errno.ENOENT, f"{self.procfs} holds no procfs (no meminfo): is /proc mounted?")
 
     def detect_memory_hierarchy(self) -> MemoryHierarchy:
         """Find the memory controller by the files present, not by kernel version.
@@ -82,7 +92,10 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     On v1 the line with ``memory`` in its controller list; on a pure v2 host the ``0::``
     line. Hybrid hosts list both; the v1 memory line wins when it exists.
     """
-    text = (procfs / str(pid) / "cgroup").read_text()
+    # Cgroup names are bytes: a pod may create one that is not UTF-8 (red-team F20 failed
+    # discovery on every host scan). surrogateescape keeps the exact bytes for the
+    # filesystem; label values escape them (labels.bounded).
+    text = (procfs / str(pid) / "cgroup").read_bytes().decode("utf-8", "surrogateescape")
     v2_path = None
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -98,17 +111,20 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     return v2_path
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """Read a small kernel file with raw syscalls: 4-5x cheaper than pathlib's read_text,
-    which matters at thousands of /proc and cgroup reads per scrape."""
+    which matters at thousands of /proc and cgroup reads per scrape. ``limit``: read at
+    most that many bytes (a file a process fills, like cmdline)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
+        left = limit if limit is not None else -1
+        while left != 0:
+            chunk = os.read(fd, 65536 if left < 0 else min(left, 65536))
             if not chunk:
                 break
             chunks.append(chunk)
+            left -= len(chunk) if left > 0 else 0
             if len(chunk) < 4096:  # kernel files return what they have in one read
                 break
         return b"".join(chunks)
@@ -118,6 +134,41 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 
 def read_text(path: str | os.PathLike[str]) -> str:
     return read_bytes(path).decode("utf-8", "replace")
+
+
+def default_fd_budget(soft: int | None = None) -> int:
+    """Descriptors all OpenFiles together may keep open: half the soft open-file limit,
+    less a reserve. The other half is for HTTP connections (a quarter, see
+    connections.py) and transient opens (cgroup.procs, cmdline, sockets to vLLM)."""
+    if soft is None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(0, soft // 2 - 64)
+
+
+class FdBudget:
+    """A process-wide count of kept-open descriptors (thread-safe)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
+
+
+FD_BUDGET = FdBudget(default_fd_budget())
+_NO_FDS = (errno.EMFILE, errno.ENFILE)
 
 
 class OpenFiles:
@@ -130,12 +181,20 @@ class OpenFiles:
     error is raised as FileNotFoundError. ``sweep`` closes what a pass did not use, so a
     removed cgroup is never pinned for longer than one scrape. Not thread-safe: one
     instance per collector.
+
+    Bounded: descriptors are kept only while the process-wide ``FdBudget`` allows (half
+    the open-file limit); beyond it a file is opened, read and closed each time. A node
+    with more processes than the limit (red-team F7: 1,100 processes at 1,024 fds left the
+    exporter at its limit, unable to accept a scrape) costs syscalls, not availability.
+    On EMFILE/ENFILE every descriptor this instance keeps is given back and the read is
+    retried once, open-read-close.
     """
 
-    def __init__(self, max_open: int = 4096) -> None:
+    def __init__(self, max_open: int = 4096, budget: FdBudget | None = None) -> None:
         self._fds: dict[str, int] = {}
         self._used: set[str] = set()
         self.max_open = max_open
+        self._budget = budget or FD_BUDGET
 
     def read_text(self, path: str) -> str:
         fd = self._fds.get(path)
@@ -144,11 +203,27 @@ class OpenFiles:
                 return self._pread(path, fd)
             except FileNotFoundError:
                 pass  # a stale descriptor (pid reused, cgroup re-created): open afresh
-        if len(self._fds) >= self.max_open:
-            return read_text(path)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError propagates
+        if len(self._fds) >= self.max_open or not self._budget.take():
+            return self._read_once(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError propagates
+        except OSError as exc:
+            self._budget.give()
+            if exc.errno in _NO_FDS:
+                self.close()
+                return self._read_once(path)
+            raise
         self._fds[path] = fd
         return self._pread(path, fd)
+
+    def _read_once(self, path: str) -> str:
+        try:
+            return read_text(path)
+        except OSError as exc:
+            if exc.errno not in _NO_FDS or not self._fds:
+                raise
+            self.close()  # out of descriptors: give ours back and try once more
+            return read_text(path)
 
     def _pread(self, path: str, fd: int) -> str:
         self._used.add(path)
@@ -168,6 +243,7 @@ class OpenFiles:
         self._used.discard(path)
         if fd is not None:
             os.close(fd)
+            self._budget.give()
 
     def sweep(self) -> None:
         for path in [p for p in self._fds if p not in self._used]:

@@ -126,9 +126,9 @@ def test_f1_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
     with serve(real_args(tree), tmp_path) as s:
         _, values = scrape(s.url)
         assert success(values, "procfs") == 1
-        assert series(values, "headroom_process_count", pod=pod_uid, process="healthy-worker")
+        assert series(values, "headroom_processes", pod=pod_uid, process="healthy-worker")
         # The whitespace-named processes are counted under their executable's name.
-        assert series(values, "headroom_process_count", pod=pod_uid, container=cid[:12],
+        assert series(values, "headroom_processes", pod=pod_uid, container=cid[:12],
                       process="sleep") == [3.0]
 
 
@@ -152,7 +152,7 @@ def test_f2_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
         labels = re.findall(r'process="((?:[^"\\]|\\.)*)"', text)
         assert labels and max(len(v) for v in labels) <= LABEL_MAX
         assert any(v.endswith("...") for v in labels), "truncation is marked"
-        assert series(values, "headroom_process_count", pod=pod_uid, process="healthy-worker")
+        assert series(values, "headroom_processes", pod=pod_uid, process="healthy-worker")
         assert max(sizes) < 200_000, sizes
         assert rss_kib(s.proc.pid) < 100 * 1024, f"RSS {rss_kib(s.proc.pid)} KiB"
 
@@ -174,7 +174,7 @@ def test_f6_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
         assert success(values, "procfs") == 1
         assert series(values, "headroom_tmpfs_size_bytes", pod=good_uid, mount="/dev/shm")
         # The zombie leader's process is still measured, through a live thread.
-        assert series(values, "headroom_process_count", pod=zombie_uid, process="python3")
+        assert series(values, "headroom_processes", pod=zombie_uid, process="python3")
         assert series(values, "headroom_tmpfs_size_bytes", pod=zombie_uid, mount="/dev/shm")
 
 
@@ -202,4 +202,4 @@ def test_f20_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs:
         _, values = scrape(s.url)
         assert success(values, "discovery") == 1
         assert success(values, "procfs") == 1
-        assert series(values, "headroom_process_count", pod=pod_uid, process="healthy-worker")
+        assert series(values, "headroom_processes", pod=pod_uid, process="healthy-worker")
