@@ -239,10 +239,17 @@ EVENT = st.one_of(
 )
 
 
+def _pack(value: object) -> bytes:
+    try:
+        return bytes(msgpack.packb(value))
+    except (OverflowError, ValueError, TypeError):
+        return b"\xc1"  # msgpack's never-used byte: garbage, as a hostile peer might send
+
+
 @FUZZ
 @given(payload=st.one_of(
     st.binary(max_size=300),
-    st.builds(lambda ts, events, rank: msgpack.packb([ts, events, rank]),
+    st.builds(lambda ts, events, rank: _pack([ts, events, rank]),
               st.one_of(st.floats(), st.integers(-10, 1 << 40), st.text(max_size=3)),
               st.lists(EVENT, max_size=8), st.one_of(st.none(), st.integers(-5, 5))),
 ), seq=st.integers(-(1 << 63), (1 << 63) - 1))
@@ -289,6 +296,8 @@ def _host(tmp: Path) -> tuple[HostPaths, MemoryHierarchy, CgroupRef]:
     mem = tmp / "sys/fs/cgroup/memory"
     (mem / "pod").mkdir(parents=True, exist_ok=True)
     (mem / "memory.usage_in_bytes").write_text("0\n")
+    (tmp / "proc").mkdir(exist_ok=True)
+    (tmp / "proc/meminfo").write_text("MemTotal: 1024 kB\n")
     (mem / "pod/cgroup.procs").write_text("7\n8\n")
     for pid in (7, 8):
         (tmp / f"proc/{pid}").mkdir(parents=True, exist_ok=True)
