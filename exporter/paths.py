@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import resource
 import threading
 from dataclasses import dataclass
@@ -109,6 +110,62 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     if v2_path is None:
         raise CgroupLayoutError(f"no memory cgroup in {procfs}/{pid}/cgroup")
     return v2_path
+
+
+def cgroupns_root(procfs: Path, hierarchy: MemoryHierarchy, max_dirs: int = 20000
+                  ) -> str | None:
+    """Where this process's cgroup namespace is rooted, relative to the hierarchy root;
+    None when it shares pid 1's (the host's, with hostPID).
+
+    In a private cgroup namespace (the default for containers on cgroup v2, or
+    ``unshare -C``) /proc/PID/cgroup shows paths relative to that root (``/../../x``):
+    taken as they are, every host process's cgroup resolves to a wrong directory and is
+    silently not monitored (red-team F20). pid 1 at the host root reads as
+    ``/..`` repeated once per level of our root (the namespace files of pid 1 may not be
+    readable, the paths always are); the root is the directory at that depth that holds
+    our own cgroup. Raises CgroupLayoutError when it cannot be found.
+    """
+    try:
+        up = [p for p in self_memory_cgroup(procfs, 1).split("/") if p]
+        own = self_memory_cgroup(procfs, "self")
+    except (OSError, CgroupLayoutError):
+        return None  # no hostPID, or a fixture tree
+    if not up or up[0] != "..":
+        return None  # pid 1 is at or below our root: the host's view
+    if any(part != ".." for part in up):
+        raise CgroupLayoutError("in a private cgroup namespace, and pid 1 is not at the "
+                                "root of the hierarchy: cannot place it")
+    depth = len(up)
+    level = [""]
+    for _ in range(depth):
+        nxt: list[str] = []
+        for rel in level:
+            try:
+                with os.scandir(hierarchy.dir(rel)) as it:
+                    nxt.extend(f"{rel}/{e.name}".strip("/") for e in it
+                               if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            if len(nxt) > max_dirs:
+                raise CgroupLayoutError("cgroup tree too large to find our namespace root")
+        level = nxt
+    me = str(os.getpid())
+    for rel in level:
+        try:
+            procs = Path(hierarchy.file(posixpath.join(rel, own), "cgroup.procs")).read_text()
+        except OSError:
+            continue
+        if me in procs.split():
+            return rel
+    raise CgroupLayoutError("in a private cgroup namespace whose root was not found in "
+                            f"{hierarchy.root}: run headroom in the host's cgroup namespace")
+
+
+def resolve_cgroup(rel: str, ns_root: str | None) -> str:
+    """A /proc/PID/cgroup path (without the leading slash) relative to the hierarchy."""
+    if not ns_root:
+        return posixpath.normpath("/" + rel).strip("/") if ".." in rel else rel
+    return posixpath.normpath(f"/{ns_root}/{rel}").strip("/")
 
 
 def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from exporter.collectors.cgroup import CgroupGone, node_memory_bytes, read_cgroup
 from exporter.collectors.procfs import (
+    CMDLINE_MAX_BYTES,
     ProcfsCollector,
     ProcfsResult,
     ProcfsSettings,
@@ -41,6 +42,9 @@ from exporter.paths import (
     HostPaths,
     MemoryHierarchy,
     OpenFiles,
+    cgroupns_root,
+    read_bytes,
+    resolve_cgroup,
     self_memory_cgroup,
 )
 from exporter.postmortem import FlightRecorder, KmsgReader, PostMortem
@@ -79,8 +83,9 @@ def kill_domains(refs: Sequence[CgroupRef], version: int) -> list[str]:
     return out
 
 
-def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
-    """vLLM processes on the host by command line -> their memory cgroups."""
+def scan_vllm_processes(paths: HostPaths, ns_root: str | None = None) -> dict[str, list[int]]:
+    """vLLM processes on the host by command line -> their memory cgroups (resolved
+    against our cgroup namespace's root, see paths.cgroupns_root)."""
     found: dict[str, list[int]] = {}
     try:
         entries = [e for e in paths.procfs.iterdir() if e.name.isdigit()]
@@ -88,10 +93,10 @@ def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
         return found
     for entry in entries:
         try:
-            argv = split_cmdline((entry / "cmdline").read_bytes())
+            argv = split_cmdline(read_bytes(entry / "cmdline", limit=CMDLINE_MAX_BYTES))
             if not is_vllm_process(argv):
                 continue
-            cgroup = self_memory_cgroup(paths.procfs, entry.name)
+            cgroup = resolve_cgroup(self_memory_cgroup(paths.procfs, entry.name), ns_root)
         except (OSError, CgroupLayoutError):
             continue  # exited, or a kernel thread
         found.setdefault(cgroup, []).append(int(entry.name))
@@ -119,6 +124,7 @@ class Pipeline:
         self.postmortem: PostMortem | None = None
         self._host_scan_at = -1e18
         self._host_vllm: dict[str, list[int]] = {}
+        self._cgroupns: tuple[str | None] | None = None
         self._cgroup_files = OpenFiles()
         self._node_memory: tuple[int, int] | None = None
         self.extensions: list[Extension] = []
@@ -149,6 +155,16 @@ class Pipeline:
             self.sampler.kill_sink = self._check_kills
             self.sampler.start()
         return self._hierarchy
+
+    def _ns_root(self, h: MemoryHierarchy) -> str | None:
+        """Our cgroup namespace root, found once and said once (paths.cgroupns_root)."""
+        if self._cgroupns is None:
+            root = cgroupns_root(self.paths.procfs, h)  # CgroupLayoutError: discovery fails
+            if root is not None:
+                log.warning("headroom runs in its own cgroup namespace, rooted at /%s: "
+                            "host processes' cgroup paths are resolved against it", root)
+            self._cgroupns = (root,)
+        return self._cgroupns[0]
 
     def _check_kills(self, counters: Mapping[str, int]) -> None:
         if self.postmortem is not None:
@@ -318,7 +334,7 @@ class Pipeline:
         now = self._clock()
         if now - self._host_scan_at >= HOST_SCAN_INTERVAL:
             self._host_scan_at = now
-            self._host_vllm = scan_vllm_processes(self.paths)
+            self._host_vllm = scan_vllm_processes(self.paths, self._ns_root(h))
         outside = [
             cg for cg in self._host_vllm
             if kubepods is None or not (cg + "/").startswith(kubepods + "/")

@@ -203,3 +203,26 @@ def test_f20_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs:
         assert success(values, "discovery") == 1
         assert success(values, "procfs") == 1
         assert series(values, "headroom_processes", pod=pod_uid, process="healthy-worker")
+
+
+def test_f20_own_cgroup_namespace_is_resolved_not_silently_empty(
+        tree: KubeTree, procs: Procs, tmp_path: Path) -> None:
+    """F20: in its own cgroup namespace (``unshare -C``; containers on cgroup v2 by
+    default) /proc/PID/cgroup paths are relative to the namespace root: a vLLM outside
+    Kubernetes was tracked under a wrong path and silently not monitored."""
+    if subprocess.run(["unshare", "--help"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare (util-linux)")
+    _, pod = tree.pod()
+    _, good = tree.container(pod)
+    procs.spawn(tree, good, ["healthy-worker", "600"], executable="/bin/sleep")
+    outside = f"{tree.base}/vllm-host"
+    tree.mkdir(outside)
+    procs.spawn(tree, outside, ["VLLM::EngineCore", "600"], executable="/bin/sleep")
+    with serve(real_args(tree), tmp_path, prefix=["unshare", "--cgroup"]) as s:
+        text, values = scrape(s.url)
+        assert success(values, "discovery") == 1
+        assert series(values, "headroom_memory_usage_bytes", pod="/" + outside), \
+            "the vLLM outside Kubernetes is not monitored"
+        assert series(values, "headroom_processes", pod="/" + outside,
+                      process="EngineCore")
+    assert "its own cgroup namespace" in s.log_text()
