@@ -10,12 +10,12 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from exporter import __version__
+from aiohttp import web
+
+from exporter import __version__, factory
 from exporter.config import Config, ConfigError, add_flags, build_config
 from exporter.connections import ConnectionGuard
 from exporter.logs import setup_logging
-from exporter.paths import HostPaths
-from exporter.pipeline import Pipeline
 from exporter.server import Security, make_app, start_server
 from exporter.webconfig import WebConfigError
 
@@ -48,34 +48,26 @@ async def serve(config: Config, security: Security | None = None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    security = security or Security.load(config.web_config_file)
+    security = security or Security.load(config.web.config_file)
     loop.add_signal_handler(signal.SIGHUP, security.reload)
-    paths = HostPaths(procfs=config.procfs, cgroupfs=config.cgroupfs)
-    from exporter.integrations import build_integrations
-
-    integrations = build_integrations(config, paths)
-    pipeline = Pipeline(config, paths, pods=integrations.pods)
-    pipeline.extensions.extend(integrations.extensions)
-    guard = ConnectionGuard(config.web_max_connections or None, config.web_header_timeout,
-                            config.web_idle_timeout)
-    app = make_app(pipeline, security, guard)
-    runner, _ = await start_server(app, config.listen_host or None, config.listen_port)
-    log.info("listening on %s:%d (%s; collectors: %s)", config.listen_host or "*",
-             config.listen_port, "TLS" if security.listener_ssl else "plain HTTP",
-             ", ".join(sorted(config.collectors)))
-    background = [asyncio.ensure_future(t) for t in integrations.background]
-    # Detect the cgroup layout now so the sampler runs from the start, not the first scrape.
+    exporter = factory.build(config)
+    # Started before the site accepts scrapes: the sampler runs from the start, once.
+    exporter.start()
+    guard = ConnectionGuard(config.web.max_connections or None, config.web.header_timeout,
+                            config.web.idle_timeout)
+    app = make_app(exporter, security, guard)
+    runner: web.AppRunner | None = None
     try:
-        await asyncio.to_thread(pipeline.hierarchy)
-    except Exception as exc:
-        log.error("no memory cgroup controller yet: %s", exc)
-    await stop.wait()
-    log.info("shutting down")
-    for t in background:
-        t.cancel()
-    await asyncio.gather(*background, return_exceptions=True)
-    await runner.cleanup()
-    await pipeline.aclose()
+        runner, _ = await start_server(app, config.web.listen[0] or None, config.web.listen[1])
+        log.info("listening on %s:%d (%s; collectors: %s)", config.web.listen[0] or "*",
+                 config.web.listen[1], "TLS" if security.listener_ssl else "plain HTTP",
+                 ", ".join(s.name for s in exporter.sources))
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await exporter.aclose()
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -98,7 +90,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     security: Security | None = None
     try:
         config = build_config(args, env)
-        security = Security.load(config.web_config_file)
+        security = Security.load(config.web.config_file)
     except (ConfigError, WebConfigError) as exc:
         problems.extend(f"--web.config.file: {p}" if isinstance(exc, WebConfigError) else p
                         for p in exc.problems)
@@ -106,7 +98,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print("headroom serve: bad configuration:\n  " + "\n  ".join(problems),
               file=sys.stderr)
         return USAGE_ERROR
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.log.level, config.log.format)
     try:
         asyncio.run(serve(config, security))
     except OSError as exc:  # the port is taken, most often

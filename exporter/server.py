@@ -24,8 +24,9 @@ from aiohttp import web
 
 from exporter import __version__
 from exporter.connections import ConnectionGuard
-from exporter.pipeline import Pipeline
-from exporter.render import encode, render
+from exporter.encode import encode
+from exporter.factory import Exporter
+from exporter.render import render
 from exporter.webconfig import (
     BasicAuth,
     TokenBucket,
@@ -38,7 +39,7 @@ from exporter.webconfig import (
 
 log = logging.getLogger(__name__)
 
-PIPELINE_KEY = web.AppKey("pipeline", Pipeline)
+EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
 
 class Security:
@@ -149,27 +150,25 @@ can be seen coming.</p>
 
 
 async def metrics(request: web.Request) -> web.Response:
-    pipeline = request.app[PIPELINE_KEY]
-    sections = pipeline.sections()
-    snapshot = await pipeline.snapshot()
+    exporter = request.app[EXPORTER_KEY]
+    snapshot = await exporter.snapshot()
     accept = request.headers.get("Accept")
     # Rendering a large node is CPU work: keep it off the event loop too.
     body, content_type = await request.app[RENDERS_KEY].get(
-        snapshot, accept, lambda: encode(render(snapshot, sections), accept))
+        snapshot, accept,
+        lambda: encode([*render(snapshot), *exporter.self_metrics.families()], accept))
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type
     return resp
 
 
 async def oom_index(request: web.Request) -> web.Response:
-    pm = request.app[PIPELINE_KEY].postmortem
-    names = pm.list_documents() if pm is not None else []
+    names = request.app[EXPORTER_KEY].postmortem.list_documents()
     return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
 
 
 async def oom_document(request: web.Request) -> web.Response:
-    pm = request.app[PIPELINE_KEY].postmortem
-    doc = pm.get_document(request.match_info["name"]) if pm is not None else None
+    doc = request.app[EXPORTER_KEY].postmortem.get_document(request.match_info["name"])
     if doc is None:
         raise web.HTTPNotFound(text="no such OOM document\n")
     return web.json_response(doc)
@@ -180,7 +179,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def landing(request: web.Request) -> web.Response:
-    cfg = request.app[PIPELINE_KEY].config
+    cfg = request.app[EXPORTER_KEY].config
     text = LANDING.format(
         version=html.escape(__version__),
         collectors=html.escape(", ".join(sorted(cfg.collectors)) or "none"),
@@ -219,11 +218,11 @@ async def _add_headers(request: web.Request, response: web.StreamResponse) -> No
         response.headers[name] = value
 
 
-def make_app(pipeline: Pipeline, security: Security | None = None,
+def make_app(exporter: Exporter, security: Security | None = None,
              guard: ConnectionGuard | None = None) -> web.Application:
     guard = guard if guard is not None else ConnectionGuard()
     app = web.Application(middlewares=[guard.middleware, security_middleware])
-    app[PIPELINE_KEY] = pipeline
+    app[EXPORTER_KEY] = exporter
     app[SECURITY_KEY] = security if security is not None else Security(None)
     app[GUARD_KEY] = guard
     app[RENDERS_KEY] = _Renders()

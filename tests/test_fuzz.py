@@ -12,11 +12,15 @@ explores new cases. Marker ``fuzz``: ``pytest -m fuzz``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import msgpack
 import pytest
+from exporter.collectors.kv_events import KvBlockTracker, KvEventDecodeError, decode_batch
+from exporter.kube import LineSplitter, decode_watch_event, parse_pod
+from exporter.postmortem import parse_kmsg_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +33,6 @@ from exporter.collectors.cgroup import (
     parse_pressure,
     parse_stat,
 )
-from exporter.collectors.kv_events import KvBlockTracker, KvEventDecodeError, decode_batch
 from exporter.collectors.procfs import (
     ProcfsCollector,
     ProcfsSettings,
@@ -41,10 +44,8 @@ from exporter.collectors.procfs import (
 )
 from exporter.collectors.tmpfs import TmpfsCollector, parse_mountinfo, pod_tmpfs_mounts
 from exporter.collectors.vllm import VllmParseError, parse_vllm_metrics
-from exporter.kube import LineSplitter, decode_watch_event, parse_pod
 from exporter.model import CgroupRef
 from exporter.paths import HostPaths, MemoryHierarchy
-from exporter.postmortem import parse_kmsg_record
 from exporter.workloads import classify
 
 pytestmark = pytest.mark.fuzz
@@ -113,10 +114,8 @@ def test_status_with_any_name_parses(name: str, rss: list[int]) -> None:
 @FUZZ
 @given(text=ANY_TEXT)
 def test_smaps_rollup_and_cgroup_procs(text: str) -> None:
-    try:
+    with contextlib.suppress(ValueError):
         parse_smaps_rollup(text)
-    except ValueError:
-        pass
     pids = parse_cgroup_procs(text)
     assert all(isinstance(p, int) and p > 0 for p in pids)
 
@@ -148,17 +147,13 @@ def test_cgroup_files_only_value_errors(text: str, version: int) -> None:
     parse_flat_keyed(text)
     parse_stat(text, version)  # type: ignore[arg-type]
     for fn in (parse_pressure, parse_limit):
-        try:
+        with contextlib.suppress(ValueError):
             fn(text)
-        except ValueError:
-            pass
     raw = RawCgroup(version=version, usage=text, stat=text, limits=(text,),  # type: ignore[arg-type]
                     events=text, pressure=text, failcnt=text, oom_control=text)
     for fn2 in (lambda: parse_events(raw), lambda: parse_cgroup(raw, 1 << 30)):
-        try:
+        with contextlib.suppress(ValueError):
             fn2()
-        except ValueError:
-            pass
 
 
 @FUZZ
@@ -254,10 +249,8 @@ def _pack(value: object) -> bytes:
               st.lists(EVENT, max_size=8), st.one_of(st.none(), st.integers(-5, 5))),
 ), seq=st.integers(-(1 << 63), (1 << 63) - 1))
 def test_kv_event_frames(payload: bytes, seq: int) -> None:
-    try:
+    with contextlib.suppress(KvEventDecodeError):
         decode_batch(payload)
-    except KvEventDecodeError:
-        pass
     tracker = KvBlockTracker(max_blocks=64)
     for i in range(2):
         tracker.apply(seq + i if seq < (1 << 63) - 2 else seq, payload)

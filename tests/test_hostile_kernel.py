@@ -219,7 +219,7 @@ def test_f20_own_cgroup_namespace_is_resolved_not_silently_empty(
     tree.mkdir(outside)
     procs.spawn(tree, outside, ["VLLM::EngineCore", "600"], executable="/bin/sleep")
     with serve(real_args(tree), tmp_path, prefix=["unshare", "--cgroup"]) as s:
-        text, values = scrape(s.url)
+        _text, values = scrape(s.url)
         assert success(values, "discovery") == 1
         assert series(values, "headroom_memory_usage_bytes", pod="/" + outside), \
             "the vLLM outside Kubernetes is not monitored"

@@ -33,7 +33,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from exporter.collectors.vllm import KvEventEndpoint
+from exporter.collectors.vllm.discovery import KvEventEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +472,8 @@ class KvEventsHub:
                 out[k] = out.get(k, 0) + n
         return out
 
-    def keys(self) -> list[str]:
+    def instances(self) -> list[str]:
+        """The vLLM instances followed."""
         return sorted(self._subs)
 
     async def close(self) -> None:
