@@ -18,9 +18,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from exporter.collectors.kv_events import KvBlockTracker, KvEventDecodeError, decode_batch
-from exporter.kube import LineSplitter, decode_watch_event, parse_pod
-from exporter.postmortem import parse_kmsg_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +30,8 @@ from exporter.collectors.cgroup import (
     parse_pressure,
     parse_stat,
 )
+from exporter.collectors.kmsg import parse_kmsg_record
+from exporter.collectors.kube.parse import LineSplitter, decode_watch_event, parse_pod
 from exporter.collectors.procfs import (
     ProcfsCollector,
     ProcfsSettings,
@@ -42,8 +41,13 @@ from exporter.collectors.procfs import (
     process_name,
     split_cmdline,
 )
-from exporter.collectors.tmpfs import TmpfsCollector, parse_mountinfo, pod_tmpfs_mounts
-from exporter.collectors.vllm import VllmParseError, parse_vllm_metrics
+from exporter.collectors.tmpfs import TmpfsSource, parse_mountinfo, pod_tmpfs_mounts
+from exporter.collectors.vllm.kv_events import (
+    KvBlockTracker,
+    KvEventDecodeError,
+    decode_batch,
+)
+from exporter.collectors.vllm.metrics import VllmParseError, parse_vllm_metrics
 from exporter.model import CgroupRef
 from exporter.paths import HostPaths, MemoryHierarchy
 from exporter.workloads import classify
@@ -312,7 +316,7 @@ def test_procfs_collector_survives_any_process(tmp_path: Path, cmdline: bytes, n
     # A healthy neighbour in the same cgroup keeps its series whatever pid 7 is.
     (tmp_path / "proc/8/cmdline").write_bytes(b"python3\0serve.py\0")
     (tmp_path / "proc/8/status").write_text(_status("python3", [10, 20, 30]))
-    result = ProcfsCollector(paths, h, ProcfsSettings()).collect([ref])
+    result = ProcfsCollector(paths, ProcfsSettings()).collect(h, [ref])
     names = {g.name for g in result.groups["pod"]}
     assert "python3" in names
     assert all(len(n) <= LABEL_MAX for n in names)
@@ -326,6 +330,7 @@ def test_tmpfs_collector_survives_any_mount_table(tmp_path: Path, mountinfo: str
                                                errors="surrogateescape")
     (tmp_path / "proc/8/mountinfo").write_text(mountinfo, encoding="utf-8",
                                                errors="surrogateescape")
-    collector = TmpfsCollector(paths, h, statvfs=lambda p: (0, 0))
-    result = collector.collect({"pod": [ref]}, {"pod": [7, 8]})
-    assert len(result.mounts.get("pod", ())) <= mountinfo.count("\n") + 1
+    source = TmpfsSource(paths, statvfs=lambda p: (0, 0))
+    result = source.read(h, {"pod": [ref]}, {"pod": [7, 8]})
+    assert result.data is not None
+    assert len(result.data.mounts.get("pod", ())) <= mountinfo.count("\n") + 1

@@ -5,7 +5,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.conftest import HOSTS, exposition, fixture_pipeline, host_config, parse_exposition
+from tests.conftest import (
+    HOSTS,
+    exposition,
+    fixture_pipeline,
+    host_config,
+    on_tree,
+    parse_exposition,
+)
 
 
 async def test_f18_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
@@ -13,9 +20,7 @@ async def test_f18_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
     success 1 with no series: a blind exporter that looked healthy."""
     root = tmp_path / "host"
     shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root)
-    cfg = host_config("v1-cgroupfs-containerd", procfs=root / "proc",
-                      cgroupfs=root / "sys/fs/cgroup")
-    pipeline = fixture_pipeline(cfg)
+    pipeline = fixture_pipeline(on_tree(host_config("v1-cgroupfs-containerd"), root))
     try:
         before = parse_exposition(await exposition(pipeline))
         assert before['headroom_collector_success{collector="procfs"}'] == 1
@@ -28,4 +33,4 @@ async def test_f18_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
         assert after['headroom_collector_success{collector="cgroup"}'] == 1
         assert any(k.startswith("headroom_memory_usage_bytes{") for k in after)
     finally:
-        pipeline.close()
+        await pipeline.aclose()

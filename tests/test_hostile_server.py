@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from exporter import server
+from exporter.config import ScrapeSettings
 from exporter.connections import ConnectionGuard
 from exporter.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
 from exporter.server import make_app
@@ -156,7 +157,8 @@ async def test_f8_scrape_during_a_burst_keeps_workload_series(
         return real_render(*args, **kwargs)
 
     monkeypatch.setattr(server, "render", slow_render)
-    pipeline = fixture_pipeline(host_config("v1-cgroupfs-containerd", collector_timeout=1.0))
+    cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=1.0))
+    pipeline = fixture_pipeline(cfg)
     runner = web.AppRunner(make_app(pipeline))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -179,7 +181,7 @@ async def test_f8_scrape_during_a_burst_keeps_workload_series(
         assert not missing, f"{len(missing)} scrapes without workload series"
     finally:
         await runner.cleanup()
-        pipeline.close()
+        await pipeline.aclose()
 
 
 def test_f13_malformed_requests_log_one_short_line_each(tmp_path: Path) -> None:
