@@ -109,3 +109,29 @@ def test_f17_index_lists_only_regular_documents_it_wrote(tmp_path: Path) -> None
             name = f"20261130T220000Z-host-pod-c-{planted}.json"
             assert http_get(s.url + f"/debug/oom/{name}?format=json", timeout=10)[0] == 404
         assert http_get(s.url + "/debug/oom/foreign.json", timeout=10)[0] == 404
+
+
+def test_f16_store_serves_from_memory_when_the_disk_is_full(tiny_tmpfs: Path) -> None:
+    """On a full disk the document is still served (from memory), nothing is left on
+    disk, and two kills of one workload in one millisecond keep two documents."""
+    from exporter.model import Workload
+    from exporter.oom.documents import DocumentStore
+    from exporter.oom.watcher import OomKill
+
+    (tiny_tmpfs / "filler").write_bytes(b"\0" * (60 << 10))
+    store = DocumentStore(tiny_tmpfs / "oom")
+    w = Workload("ns", "pod", "c")
+    kill = OomKill(1764540000.5, "kubepods/x", w, Workload("ns", "pod", ""), "python3", 7,
+                   "kmsg")
+    big = {"usage": list(range(5000))}
+    store.publish(kill, big)
+    (name,) = store.names()
+    assert store.get(name) == big
+    assert not [p for p in os.listdir(tiny_tmpfs / "oom") if not p.startswith("2026")]
+    (tiny_tmpfs / "filler").unlink()
+    store.publish(kill, {"second": True})
+    store.publish(kill, {"third": True})
+    assert len(store.names()) == 3
+    got = sorted(json.dumps(store.get(n)) for n in store.names())
+    assert got == sorted(json.dumps(d) for d in (big, {"second": True}, {"third": True}))
+    assert len(os.listdir(tiny_tmpfs / "oom")) == 2
