@@ -32,6 +32,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -178,6 +179,16 @@ def main() -> int:
             assert time.monotonic() < deadline and exporter.poll() is None, "no exporter"
             time.sleep(0.1)
         flood = IdleFlood(port, args.idle)
+        flooding = threading.Event()
+
+        def keep_flooding() -> None:  # its own thread: scrapes stay once a second
+            while not flooding.is_set():
+                flood.top_up()
+                flood.reap()
+                time.sleep(0.05)
+
+        flooder = threading.Thread(target=keep_flooding, daemon=True)
+        flooder.start()
         healthy_uid = pods["healthy"][0]
         # The healthy pod's series, one per collector: cgroup, procfs, tmpfs.
         need = {"headroom_memory_usage_bytes{": "", "headroom_process_memory_bytes{": "process=",
@@ -191,8 +202,6 @@ def main() -> int:
         end = time.monotonic() + args.seconds
         scrapes = 0
         while time.monotonic() < end:
-            flood.top_up()
-            flood.reap()
             held.append(len(flood.socks))
             status, took, body = get(url + "/metrics")
             scrapes += 1
@@ -219,6 +228,8 @@ def main() -> int:
         rss_after = status_kib(exporter.pid, "VmRSS")
         hwm = status_kib(exporter.pid, "VmHWM")
         fds_after = fds(exporter.pid)
+        flooding.set()
+        flooder.join(timeout=30)
         flood.close()
         exporter.send_signal(signal.SIGTERM)
         exit_code = exporter.wait(timeout=30)

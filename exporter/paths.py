@@ -182,8 +182,9 @@ def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
                 break
             chunks.append(chunk)
             left -= len(chunk) if left > 0 else 0
-            if len(chunk) < 4096:  # kernel files return what they have in one read
-                break
+            # Read to EOF: a seq_file hands out one page per read (cgroup.procs of a
+            # cgroup with more than ~680 processes came back cut at 4 KiB, and every
+            # process past the first page went unseen).
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -286,7 +287,7 @@ class OpenFiles:
         self._used.add(path)
         try:
             data = os.pread(fd, 65536, 0)
-            if len(data) == 65536:  # larger than one read: fall back to a plain read
+            if len(data) >= 4096:  # maybe one seq_file page of more: read to EOF
                 data = read_bytes(path)
         except OSError as exc:
             self._close(path)
