@@ -5,6 +5,7 @@ beneath the test's own cgroup (tests/kernel.py); every healthy pod must keep its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -244,10 +245,8 @@ def test_f7_more_processes_than_the_fd_limit(tree: KubeTree, procs: Procs,
         pids = (tree.hierarchy.dir(many) / "cgroup.procs").read_text().split()
         comms = []
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 comms.append(Path(f"/proc/{pid}/comm").read_text().strip())
-            except OSError:
-                pass
         return comms.count("sleep") == 1100
 
     wait_for(all_exec_ed, timeout=90)
