@@ -36,4 +36,4 @@ def bounded_unique(value: str, limit: int = LABEL_MAX) -> str:
     if not safe.endswith(MARKER) or len(escape_control(value)) <= limit:
         return safe
     digest = hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    return safe[: limit - 13] + MARKER + digest
+    return safe[: limit - len(MARKER) - 12] + MARKER + digest
