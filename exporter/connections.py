@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,20 +69,24 @@ class ConnectionGuard:
         self.request_timeout = request_timeout
         self._clock = clock
         self._conns: dict[int, _Conn] = {}  # id(transport) -> state
+        self._aliases: dict[int, int] = {}  # id(raw transport) -> id(its TLS transport)
         self.stats = ConnectionStats()
 
     def now(self) -> float:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
     def __len__(self) -> int:
-        return len(self._conns)
+        return len(self._conns) - len(self._aliases)
+
+    def _unique(self) -> list[_Conn]:
+        return list({id(c): c for c in self._conns.values()}.values())
 
     # --- accept and close (the protocol wrapper) ---------------------------------------
 
     def admit(self, transport: asyncio.BaseTransport) -> bool:
         now = self.now()
-        if len(self._conns) >= self.max_connections:
-            idle = [c for c in self._conns.values() if not c.busy]
+        if len(self) >= self.max_connections:
+            idle = [c for c in self._unique() if not c.busy]
             if not idle:
                 self.stats.refused += 1
                 return False
@@ -94,9 +99,12 @@ class ConnectionGuard:
 
     def release(self, transport: asyncio.BaseTransport) -> None:
         self._conns.pop(id(transport), None)
+        alias = self._aliases.pop(id(transport), None)
+        if alias is not None:
+            self._conns.pop(alias, None)
 
     def _drop(self, transport: asyncio.BaseTransport) -> None:
-        self._conns.pop(id(transport), None)
+        self.release(transport)
         with contextlib.suppress(Exception):
             transport.abort()  # type: ignore[attr-defined]
 
@@ -123,7 +131,7 @@ class ConnectionGuard:
         """Close every connection past its deadline; returns how many."""
         now = self.now()
         late = []
-        for c in self._conns.values():
+        for c in self._unique():
             if c.busy:
                 limit = self.request_timeout
             else:
@@ -140,8 +148,16 @@ class ConnectionGuard:
             await asyncio.sleep(period)
             self.sweep()
 
-    def wrap(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _GuardedProtocol(self, factory())
+    def wrap(self, factory: Callable[[], asyncio.BaseProtocol],
+             tls: ssl.SSLContext | None = None) -> Callable[[], asyncio.Protocol]:
+        return lambda: _GuardedProtocol(self, factory(), tls)
+
+    def alias(self, tls: asyncio.BaseTransport, raw: asyncio.BaseTransport) -> None:
+        """Requests arrive on the TLS transport; the state is the raw connection's."""
+        c = self._conns.get(id(raw))
+        if c is not None:
+            self._conns[id(tls)] = c
+            self._aliases[id(raw)] = id(tls)
 
     @web.middleware
     async def middleware(self, request: web.Request,
@@ -156,29 +172,69 @@ class ConnectionGuard:
 
 
 class _GuardedProtocol(asyncio.Protocol):
-    """Forwards every protocol call to aiohttp's handler; admits and releases."""
+    """Forwards every protocol call to aiohttp's handler; admits at TCP accept.
 
-    def __init__(self, guard: ConnectionGuard, inner: asyncio.BaseProtocol) -> None:
+    With TLS the listener is plain TCP and the handshake is started here
+    (``loop.start_tls``) after admission: asyncio's own TLS server creates the protocol
+    only after the handshake, so connections that never send a ClientHello would hold
+    descriptors outside any cap until the handshake timeout."""
+
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.BaseProtocol,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._guard = guard
         self._inner: Any = inner
-        self._transport: asyncio.BaseTransport | None = None
+        self._tls = tls
+        self._raw: asyncio.BaseTransport | None = None
+        self._transport: asyncio.BaseTransport | None = None  # what aiohttp sees
+        self._handshake: asyncio.Task[None] | None = None
+        self._early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self._guard.admit(transport):
             transport.abort()  # type: ignore[attr-defined]
             return
-        self._transport = transport
-        self._inner.connection_made(transport)
+        self._raw = transport
+        if self._tls is None:
+            self._transport = transport
+            self._inner.connection_made(transport)
+        else:
+            # No byte may reach this protocol before start_tls hands the socket to TLS.
+            transport.pause_reading()  # type: ignore[attr-defined]
+            self._handshake = asyncio.ensure_future(self._start_tls(transport, self._tls))
+
+    async def _start_tls(self, raw: asyncio.BaseTransport, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(raw, self, ctx, server_side=True,  # type: ignore[arg-type]
+                                       ssl_handshake_timeout=self._guard.header_timeout)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
+            raw.abort()  # type: ignore[attr-defined]
+            return
+        if tls is None or raw.is_closing():
+            return
+        self._guard.alias(tls, raw)
+        self._transport = tls
+        self._inner.connection_made(tls)
+        early, self._early = self._early, []
+        for data in early:  # the request that came with the end of the handshake
+            self._inner.data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._transport is None:
+        if self._raw is None:
             return  # refused at accept: aiohttp never saw it
-        self._guard.release(self._transport)
-        self._inner.connection_lost(exc)
+        self._guard.release(self._raw)
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.cancel()
+        if self._transport is not None:
+            self._inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._transport is not None:
             self._inner.data_received(data)
+        elif self._handshake is not None and sum(map(len, self._early)) < 65536:
+            # Decrypted bytes can arrive between the handshake's end and this protocol
+            # learning of it (start_tls resumes us a loop iteration later).
+            self._early.append(data)
 
     def eof_received(self) -> bool | None:
         if self._transport is None:
@@ -187,7 +243,9 @@ class _GuardedProtocol(asyncio.Protocol):
         return result
 
     def pause_writing(self) -> None:
-        self._inner.pause_writing()
+        if self._transport is not None:
+            self._inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self._inner.resume_writing()
+        if self._transport is not None:
+            self._inner.resume_writing()

@@ -250,8 +250,8 @@ async def _shutdown_pools(app: web.Application) -> None:
 
 
 class GuardedSite(web.TCPSite):
-    """A TCP site whose connections pass through a ConnectionGuard; the TLS handshake
-    gets the guard's header timeout (asyncio's default is a minute)."""
+    """A TCP site whose connections pass through a ConnectionGuard, which admits each at
+    accept and then runs the TLS handshake within its header timeout."""
 
     def __init__(self, runner: web.BaseRunner, host: str | None, port: int,
                  guard: ConnectionGuard, ssl_context: ssl.SSLContext | None = None) -> None:
@@ -262,12 +262,10 @@ class GuardedSite(web.TCPSite):
         await web.BaseSite.start(self)  # registers the site with the runner
         server: Any = self._runner.server
         assert server is not None
-        extra: dict[str, Any] = {}
-        if self._ssl_context is not None:
-            extra["ssl_handshake_timeout"] = self._guard.header_timeout
+        # Plain TCP: the guard admits each connection first, then starts TLS itself.
         self._server = await asyncio.get_running_loop().create_server(
-            self._guard.wrap(server), self._host, self._port, ssl=self._ssl_context,
-            backlog=self._backlog, **extra)
+            self._guard.wrap(server, self._ssl_context), self._host, self._port,
+            backlog=self._backlog)
         if self._server.sockets:
             self._bound_port = self._server.sockets[0].getsockname()[1]
 
