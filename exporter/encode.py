@@ -64,11 +64,12 @@ def format_value(v: float) -> str:
 
 def _escape_label(value: str) -> str:
     """The exposition's escapes, after the last line of defence against hostile values:
-    control, bidi-override and undecodable characters (a lone surrogate would make the
-    whole body unencodable, a 500 for every scrape) become visible escapes. Sources
-    bound lengths where values enter (labels.bounded)."""
+    control (but newline, which the format escapes), bidi-override and undecodable
+    characters (a lone surrogate would make the whole body unencodable, a 500 for every
+    scrape) become visible escapes. Sources bound lengths where values enter
+    (labels.bounded)."""
     if not value.isascii() or not value.isprintable():
-        value = escape_control(value)
+        value = escape_control(value, keep_newline=True)  # the format escapes \n itself
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value

@@ -27,9 +27,16 @@ _UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def escape_control(text: str) -> str:
-    """Control and bidi characters as visible escapes (``\\n``, ``\\u202e``)."""
-    return _UNSAFE_RE.sub(lambda m: _NAMED.get(m[0], f"\\u{ord(m[0]):04x}"), text)
+def escape_control(text: str, keep_newline: bool = False) -> str:
+    """Control and bidi characters as visible escapes (``\\n``, ``\\u202e``);
+    ``keep_newline`` leaves newlines to a format that escapes them itself."""
+    def sub(m: re.Match[str]) -> str:
+        c = m[0]
+        if keep_newline and c == "\n":
+            return c
+        return _NAMED.get(c, f"\\u{ord(c):04x}")
+
+    return _UNSAFE_RE.sub(sub, text)
 
 
 def logfmt_value(value: object) -> str:
