@@ -111,7 +111,10 @@ def parse_smaps_rollup(text: str) -> ProcessPss:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
-            fields[key] = int(rest.split()[0]) * 1024
+            words = rest.split()
+            if not words:  # only ValueError may leave a parser (fuzz tier)
+                raise ValueError(f"smaps_rollup: {key} has no value")
+            fields[key] = int(words[0]) * 1024
     if not fields:
         raise ValueError("smaps_rollup has no Pss_Anon/Pss_File/Pss_Shmem (kernel < 5.7?)")
     return ProcessPss(
