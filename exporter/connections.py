@@ -53,10 +53,8 @@ class _Conn:
 
 @dataclass
 class ConnectionStats:
-    accepted: int = 0
     evicted: int = 0
     refused: int = 0
-    timed_out: int = 0
 
 
 class ConnectionGuard:
@@ -94,7 +92,6 @@ class ConnectionGuard:
             self.stats.evicted += 1
             self._drop(victim.transport)
         self._conns[id(transport)] = _Conn(transport, now)
-        self.stats.accepted += 1
         return True
 
     def release(self, transport: asyncio.BaseTransport) -> None:
@@ -140,7 +137,6 @@ class ConnectionGuard:
                 late.append(c.transport)
         for t in late:
             self._drop(t)
-        self.stats.timed_out += len(late)
         return len(late)
 
     async def run(self, period: float = 1.0) -> None:

@@ -293,8 +293,6 @@ class GuardedSite(web.TCPSite):
         self._server = await asyncio.get_running_loop().create_server(
             self._guard.wrap(server, self._ssl_context), self._host, self._port,
             backlog=self._backlog)
-        if self._server.sockets:
-            self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
 async def start_server(app: web.Application, host: str | None, port: int
