@@ -21,7 +21,7 @@ import pytest
 
 from dashboards import common, generate
 
-sdk = pytest.importorskip("grafana_foundation_sdk", reason="pip install -e .[test]")
+pytest.importorskip("grafana_foundation_sdk", reason="pip install -e .[test]")
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
 from grafana_foundation_sdk.cog.plugins import register_default_plugins  # noqa: E402

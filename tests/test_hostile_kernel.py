@@ -18,12 +18,12 @@ import pytest
 
 from tests.conftest import parse_exposition
 from tests.hostile import http_get, serve
-from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
 
 pytestmark = pytest.mark.kernel
 
 try:
-    own_v1_memory_cgroup()
+    own_memory_cgroup()
     SKIP = ""
 except KernelUnavailable as exc:
     SKIP = str(exc)

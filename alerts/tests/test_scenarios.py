@@ -24,6 +24,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 @needs_promtool
 @pytest.mark.prometheus
+@pytest.mark.replay
 @pytest.mark.parametrize("make", cases.ALL, ids=[f.__name__ for f in cases.ALL])
 def test_case_passes_on_the_shipped_rules(make: Callable[[], Case], tmp_path: Path) -> None:
     assert PROMTOOL is not None
@@ -36,6 +37,7 @@ def test_case_passes_on_the_shipped_rules(make: Callable[[], Case], tmp_path: Pa
 
 @needs_promtool
 @pytest.mark.prometheus
+@pytest.mark.replay
 def test_first_wave_scenarios_pass(tmp_path: Path) -> None:
     assert PROMTOOL is not None
     rules = tmp_path / "headroom.rules.yaml"
