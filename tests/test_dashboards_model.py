@@ -23,9 +23,9 @@ from dashboards import common, generate
 
 pytest.importorskip("grafana_foundation_sdk", reason="pip install -e .[test]")
 
-from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
-from grafana_foundation_sdk.cog.plugins import register_default_plugins  # noqa: E402
-from grafana_foundation_sdk.models.dashboard import Dashboard  # noqa: E402
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
 register_default_plugins()
 
