@@ -104,8 +104,9 @@ def test_a_part_that_produces_nothing_or_strays_fails(tree: Path) -> None:
 
 def test_every_generated_file_is_declared() -> None:
     files = collect_artifacts(ROOT)
-    assert {p.name for p in TABLE} == {"alerts", "dashboards", "chart"}
+    assert {p.name for p in TABLE} == {"alerts", "alertmanager", "dashboards", "chart"}
     assert any(f.startswith("charts/headroom/files/rules/") for f in files)
+    assert "charts/headroom/files/alertmanager/alertmanager.yaml" in files
     assert any(f.startswith("charts/headroom/files/dashboards/") for f in files)
     assert {chart.VALUES, chart.SCHEMA, chart.FLAGS, chart.README} <= set(files)
 
