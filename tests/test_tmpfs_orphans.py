@@ -189,7 +189,12 @@ def test_no_shm_no_cost(pod: Pod, monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty /dev/shm: no process is looked at."""
     looked: list[int] = []
     reader = ProcReader()
-    monkeypatch.setattr(reader, "fd_ids", lambda pid: looked.append(pid) or set())
+
+    def fd_ids(pid: int) -> set[tuple[int, int]]:
+        looked.append(pid)
+        return set()
+
+    monkeypatch.setattr(reader, "fd_ids", fd_ids)
     (o,) = scan_pod({"/dev/shm": pod.root}, pod.pids(), reader, walk)
     assert o.bytes == 0 and looked == []
 
