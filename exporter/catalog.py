@@ -203,14 +203,28 @@ ALL: tuple[MetricSpec, ...] = tuple(
     v for v in globals().values() if isinstance(v, MetricSpec)
 )
 
-# Values of label "kind" of headroom_memory_bytes, in stacking order (least to most
-# reclaimable reads badly; this is the order dashboards stack them).
+# --- label values --------------------------------------------------------------------
+# The values a label takes, so the renderer, the rules and the dashboards spell them alike.
+
+# headroom_memory_bytes{kind}, in stacking order (least reclaimable first: the order
+# dashboards stack them).
 MEMORY_KINDS: tuple[str, ...] = (
     "anon", "shmem", "kernel", "sock", "unaccounted", "file_active", "file_inactive",
 )
+# headroom_process_memory_bytes{kind} and headroom_process_memory_pss_bytes{kind}
 PROCESS_MEMORY_KINDS: tuple[str, ...] = ("rss_anon", "rss_file", "rss_shmem", "swap")
 PSS_KINDS: tuple[str, ...] = ("anon", "file", "shmem")
+# headroom_memory_events_total{event}, as the kernel names them
 MEMORY_EVENTS: tuple[str, ...] = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+# headroom_memory_pressure_seconds_total{level} (PSI)
+PRESSURE_LEVELS: tuple[str, ...] = ("some", "full")
+# headroom_vllm_*{medium}: where KV-cache blocks live
+MEDIUM_GPU = "gpu"
+MEDIUM_CPU = "cpu"
+KV_MEDIA: tuple[str, ...] = (MEDIUM_GPU, MEDIUM_CPU)
+# headroom_vllm_requests{state}
+REQUEST_STATES: tuple[str, ...] = ("running", "waiting", "swapped")
+# headroom_processes{process}: the name the tail beyond --procfs.max-processes is summed as
 OTHER_PROCESS = "other"
 
 

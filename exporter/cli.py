@@ -14,10 +14,8 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from exporter import __version__
+from exporter import __version__, factory
 from exporter.config import Config, ConfigError, add_flags, build_config
-from exporter.paths import HostPaths
-from exporter.pipeline import Pipeline
 from exporter.server import make_app
 
 log = logging.getLogger("exporter")
@@ -79,36 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(config: Config) -> None:
-    paths = HostPaths(procfs=config.procfs, cgroupfs=config.cgroupfs)
-    from exporter.integrations import build_integrations
-
-    integrations = build_integrations(config, paths)
-    pipeline = Pipeline(config, paths, pods=integrations.pods)
-    pipeline.extensions.extend(integrations.extensions)
-    app = make_app(pipeline)
+    exporter = factory.build(config)
+    # Started before the site accepts scrapes: the sampler runs from the start, once.
+    exporter.start()
+    app = make_app(exporter)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.listen_host or None, config.listen_port)
-    await site.start()
-    log.info("listening on %s:%d (collectors: %s)", config.listen_host or "*",
-             config.listen_port, ", ".join(sorted(config.collectors)))
-    background = [asyncio.ensure_future(t) for t in integrations.background]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    # Detect the cgroup layout now so the sampler runs from the start, not the first scrape.
+    site = web.TCPSite(runner, config.web.listen[0] or None, config.web.listen[1])
     try:
-        await asyncio.to_thread(pipeline.hierarchy)
-    except Exception as exc:
-        log.error("no memory cgroup controller yet: %s", exc)
-    await stop.wait()
-    log.info("shutting down")
-    for t in background:
-        t.cancel()
-    await asyncio.gather(*background, return_exceptions=True)
-    await runner.cleanup()
-    await pipeline.aclose()
+        await site.start()
+        log.info("listening on %s:%d (collectors: %s)", config.web.listen[0] or "*",
+                 config.web.listen[1], ", ".join(s.name for s in exporter.sources))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()
+        await exporter.aclose()
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -136,7 +124,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print("headroom serve: bad configuration:\n  " + "\n  ".join(problems),
               file=sys.stderr)
         return USAGE_ERROR
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.log.level, config.log.format)
     try:
         asyncio.run(serve(config))
     except OSError as exc:  # the port is taken, most often

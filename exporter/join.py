@@ -1,4 +1,8 @@
-"""Pure: collector results -> one Snapshot keyed by workload (and process)."""
+"""Pure: the sources' results -> one Snapshot keyed by workload (and process).
+
+Cgroup-keyed data (memory, processes, tmpfs, vLLM) is labelled through the cgroup's
+workload; NVML's pid-keyed data through procfs's process table (pid -> cgroup -> workload).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.collectors import cgroup, nvml, procfs, tmpfs
+from exporter.collectors.cgroup import NodeMemory
+from exporter.collectors.nvml import GpuDevice
+from exporter.collectors.vllm import source as vllm
+from exporter.collectors.vllm.metrics import VllmStats
 from exporter.model import (
     CgroupMemory,
     CgroupRef,
@@ -15,6 +24,7 @@ from exporter.model import (
     TmpfsMount,
     Workload,
 )
+from exporter.source import Results
 from exporter.workloads import workload_of
 
 log = logging.getLogger(__name__)
@@ -24,10 +34,26 @@ log = logging.getLogger(__name__)
 class WorkloadSnapshot:
     workload: Workload
     ref: CgroupRef
-    memory: CgroupMemory | None  # None when the cgroup collector failed or is off
+    memory: CgroupMemory | None  # None when the cgroup source failed or is off
     peak: int | None
     processes: tuple[ProcessGroup, ...] = ()
     tmpfs: tuple[TmpfsMount, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    devices: tuple[GpuDevice, ...]
+    # (workload, process, gpu, uuid) -> bytes, summed over processes of that name
+    processes: Mapping[tuple[Workload, str, str, str], int]
+
+
+@dataclass(frozen=True)
+class VllmView:
+    """One vLLM instance's reading, labelled."""
+
+    workload: Workload
+    stats: VllmStats | None  # None: its /metrics could not be read
+    prefix_blocks: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -36,24 +62,50 @@ class Snapshot:
 
     workloads: tuple[WorkloadSnapshot, ...]
     collectors: tuple[CollectorResult, ...]
+    node_memory: NodeMemory | None = None
+    gpu: GpuUse | None = None
+    vllm: tuple[VllmView, ...] = ()
     oom_kills: Mapping[tuple[Workload, str], int] = field(default_factory=dict)
-    node_memory: tuple[int, int] | None = None  # MemTotal, MemAvailable
-    extra: Mapping[str, object] = field(default_factory=dict)  # GPU and vLLM sections
+
+    def pod_of(self) -> dict[str, Workload]:
+        """cgroup path -> the labels of its pod-level cgroup (itself outside Kubernetes)."""
+        pods = {ws.ref.pod_uid: ws.workload for ws in self.workloads if ws.ref.is_pod_level}
+        out = {}
+        for ws in self.workloads:
+            owner = pods.get(ws.ref.pod_uid) if ws.ref.pod_uid else ws.workload
+            if owner is not None:
+                out[ws.ref.path] = owner
+        return out
 
 
 def join(
     refs: Sequence[CgroupRef],
     pods: PodDirectory | None,
-    memory: Mapping[str, CgroupMemory],
+    results: Results,
     peaks: Mapping[str, int],
-    processes: Mapping[str, tuple[ProcessGroup, ...]],
-    tmpfs: Mapping[str, tuple[TmpfsMount, ...]],
     collectors: Sequence[CollectorResult],
-    oom_kills: Mapping[tuple[Workload, str], int] | None = None,
 ) -> Snapshot:
+    workloads = join_workloads(refs, pods, results, peaks)
+    by_path = {ws.ref.path: ws.workload for ws in workloads}
+    cg = results.get(cgroup.KEY)
+    return Snapshot(
+        workloads=workloads,
+        collectors=tuple(sorted(collectors, key=lambda c: c.name)),
+        node_memory=cg.node if cg is not None else None,
+        gpu=join_gpu(results.get(nvml.KEY), results.get(procfs.KEY), by_path),
+        vllm=join_vllm(results.get(vllm.KEY), by_path),
+    )
+
+
+def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results: Results,
+                   peaks: Mapping[str, int]) -> tuple[WorkloadSnapshot, ...]:
     """Label each cgroup; two cgroups that resolve to the same labels (a restarting
     container whose old cgroup lingers) would make duplicate series: the first by path
     wins, and only cgroups with memory data compete."""
+    cg, pf, tf = results.get(cgroup.KEY), results.get(procfs.KEY), results.get(tmpfs.KEY)
+    memory = cg.memory if cg is not None else {}
+    processes = pf.groups if pf is not None else {}
+    mounts = tf.mounts if tf is not None else {}
     out: dict[Workload, WorkloadSnapshot] = {}
     for ref in sorted(refs, key=lambda r: r.path):
         w = workload_of(ref, pods)
@@ -67,10 +119,49 @@ def join(
             memory=mem,
             peak=peaks.get(ref.path),
             processes=processes.get(ref.path, ()),
-            tmpfs=tmpfs.get(ref.path, ()),
+            tmpfs=mounts.get(ref.path, ()),
         )
-    return Snapshot(
-        workloads=tuple(out[w] for w in sorted(out)),
-        collectors=tuple(sorted(collectors, key=lambda c: c.name)),
-        oom_kills=dict(oom_kills or {}),
-    )
+    return tuple(out[w] for w in sorted(out))
+
+
+def join_gpu(snap: nvml.NvmlSnapshot | None, pf: procfs.ProcfsData | None,
+             workloads: Mapping[str, Workload]) -> GpuUse | None:
+    """NVML's per-pid use -> per workload and process name. GPU processes outside the
+    tracked cgroups (another node agent, a host process) are left out."""
+    if snap is None:
+        return None
+    owners: dict[int, tuple[Workload, str]] = {}
+    for path, procs in (pf.processes.items() if pf is not None else ()):
+        w = workloads.get(path)
+        if w is not None:
+            for p in procs:
+                owners[p.pid] = (w, p.name)
+    per: dict[tuple[Workload, str, str, str], int] = {}
+    for pid, uses in snap.processes().items():
+        owner = owners.get(pid)
+        if owner is None:
+            continue
+        for use in uses:
+            if use.used_bytes is None:
+                continue  # NVML does not know: absent, not 0
+            key = (owner[0], owner[1], use.gpu, use.uuid)
+            per[key] = per.get(key, 0) + use.used_bytes
+    return GpuUse(snap.devices, per)
+
+
+def join_vllm(data: vllm.VllmData | None,
+              workloads: Mapping[str, Workload]) -> tuple[VllmView, ...]:
+    """Readings by cgroup -> by workload; an explicit --vllm.endpoint is labelled with its
+    host:port as the pod."""
+    out = []
+    for r in data.readings if data is not None else ():
+        t = r.target
+        w = workloads.get(t.cgroup) if t.cgroup else Workload("", _hostport(t.url), "")
+        if w is not None:
+            out.append(VllmView(w, r.stats, r.prefix_blocks))
+    return tuple(out)
+
+
+def _hostport(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 CgroupVersion = Literal[1, 2]
 
@@ -78,6 +78,10 @@ class ProcessPss:
     file: int
     shmem: int
 
+    def by_kind(self) -> tuple[tuple[str, int], ...]:
+        """(kind of catalog.PSS_KINDS, bytes)."""
+        return (("anon", self.anon), ("file", self.file), ("shmem", self.shmem))
+
 
 @dataclass(frozen=True)
 class ProcessGroup:
@@ -90,6 +94,11 @@ class ProcessGroup:
     rss_shmem: int
     swap: int
     pss: ProcessPss | None  # None when no member has a PSS reading yet
+
+    def memory_by_kind(self) -> tuple[tuple[str, int], ...]:
+        """(kind of catalog.PROCESS_MEMORY_KINDS, bytes)."""
+        return (("rss_anon", self.rss_anon), ("rss_file", self.rss_file),
+                ("rss_shmem", self.rss_shmem), ("swap", self.swap))
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,7 @@ class PodInfo:
         return None
 
 
+@runtime_checkable
 class PodDirectory(Protocol):
     """Pod UID -> pod names. Implemented by the Kubernetes API watcher."""
 
@@ -138,12 +148,3 @@ class CollectorResult:
     success: bool
     duration_seconds: float
     error: str = ""
-
-
-class PartialFailure(Exception):
-    """A collector produced data but some of it could not be read: it is reported failed
-    (``headroom_collector_success 0``) and ``data`` is still rendered."""
-
-    def __init__(self, message: str, data: object) -> None:
-        super().__init__(message)
-        self.data = data

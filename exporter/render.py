@@ -1,234 +1,177 @@
-"""Snapshot -> metric families -> Prometheus text or OpenMetrics, built fresh each scrape.
-
-client_python's custom-collector pattern (nothing registered globally, nothing mutated
-between scrapes, so a series that disappears from the host disappears here), with a leaner
-representation: a node with 100 containers has thousands of series, and client_python's
-Metric objects and generic encoder cost more CPU than reading the host (measured in
-benchmarks/scrape_cost.py). The output is checked against client_python's parsers.
-"""
+"""Snapshot -> metric families, one small function per family group. Label names come from
+the catalogue's specs; label values from its enums."""
 
 from __future__ import annotations
 
-import math
-import os
-import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable
 
 from exporter import __version__
 from exporter import catalog as c
-from exporter.catalog import MetricSpec
-from exporter.join import Snapshot
+from exporter.encode import Family, label_pairs
+from exporter.join import GpuUse, Snapshot, VllmView, WorkloadSnapshot
 from exporter.model import Workload
 
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+Renderer = Callable[[Snapshot], Iterable[Family]]
 
 
-@dataclass
-class Family:
-    """One metric family: its spec and samples as (rendered label pairs, value).
-
-    Label pairs are rendered once (``a="x",b="y"``, escaped) so that a workload's three
-    labels are formatted once per scrape, not once per sample.
-    """
-
-    spec: MetricSpec
-    samples: list[tuple[str, float]] = field(default_factory=list)
-
-    def add(self, labels: Sequence[str], value: float) -> None:
-        self.samples.append((label_pairs(self.spec.labels, labels), value))
-
-    def add_pairs(self, pairs: str, value: float) -> None:
-        self.samples.append((pairs, value))
+def _w(ws: WorkloadSnapshot) -> str:
+    """A workload's three labels, rendered once per scrape (not once per sample)."""
+    return label_pairs(c.WORKLOAD_LABELS, ws.workload.labels())
 
 
-def label_pairs(names: Sequence[str], values: Sequence[str]) -> str:
-    return ",".join(f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True))
-
-
-# Extra renderers (GPU, vLLM) plug in here: each gets the snapshot, yields families.
-SectionRenderer = Callable[[Snapshot], Iterable[Family]]
-
-
-def render(snapshot: Snapshot, sections: Sequence[SectionRenderer] = ()) -> list[Family]:
-    f = {spec.name: Family(spec) for spec in (
-        c.MEMORY_LIMIT_BYTES, c.MEMORY_USAGE_BYTES, c.MEMORY_WORKING_SET_BYTES,
-        c.MEMORY_BYTES, c.MEMORY_UNRECLAIMABLE_BYTES, c.MEMORY_PEAK_BYTES,
-        c.MEMORY_EVENTS_TOTAL, c.MEMORY_PRESSURE_SECONDS_TOTAL, c.MEMORY_SWAP_BYTES,
-        c.TMPFS_USED_BYTES, c.TMPFS_SIZE_BYTES,
-        c.PROCESS_MEMORY_BYTES, c.PROCESS_MEMORY_PSS_BYTES, c.PROCESS_COUNT,
-        c.OOM_KILLS_TOTAL,
-    )}
-    limit, usage, ws_, kinds, unrec, peak, events, pressure, swap = (
-        f[s.name].samples for s in (
-            c.MEMORY_LIMIT_BYTES, c.MEMORY_USAGE_BYTES, c.MEMORY_WORKING_SET_BYTES,
-            c.MEMORY_BYTES, c.MEMORY_UNRECLAIMABLE_BYTES, c.MEMORY_PEAK_BYTES,
-            c.MEMORY_EVENTS_TOTAL, c.MEMORY_PRESSURE_SECONDS_TOTAL, c.MEMORY_SWAP_BYTES)
-    )
-    tmpfs_used, tmpfs_size = f[c.TMPFS_USED_BYTES.name].samples, f[c.TMPFS_SIZE_BYTES.name].samples
-    proc_mem = f[c.PROCESS_MEMORY_BYTES.name].samples
-    proc_pss = f[c.PROCESS_MEMORY_PSS_BYTES.name].samples
-    proc_count = f[c.PROCESS_COUNT.name].samples
-
+def memory_families(snapshot: Snapshot) -> list[Family]:
+    limit, usage, working_set = (Family(c.MEMORY_LIMIT_BYTES), Family(c.MEMORY_USAGE_BYTES),
+                                 Family(c.MEMORY_WORKING_SET_BYTES))
+    kinds, unreclaimable, peak = (Family(c.MEMORY_BYTES), Family(c.MEMORY_UNRECLAIMABLE_BYTES),
+                                  Family(c.MEMORY_PEAK_BYTES))
+    events, pressure, swap = (Family(c.MEMORY_EVENTS_TOTAL),
+                              Family(c.MEMORY_PRESSURE_SECONDS_TOTAL), Family(c.MEMORY_SWAP_BYTES))
     for ws in snapshot.workloads:
-        w = label_pairs(c.WORKLOAD_LABELS, ws.workload.labels())
         m = ws.memory
-        if m is not None:
-            limit.append((w, m.limit))
-            usage.append((w, m.usage))
-            ws_.append((w, m.working_set))
-            unrec.append((w, m.unreclaimable))
-            for kind in c.MEMORY_KINDS:
-                if kind in m.kinds:
-                    kinds.append((f'{w},kind="{kind}"', m.kinds[kind]))
-            for event, count in sorted(m.events.items()):
-                events.append((f'{w},event="{_escape_label(event)}"', count))
-            for level, seconds in sorted(m.pressure.items()):
-                pressure.append((f'{w},level="{_escape_label(level)}"', seconds))
-            if m.swap is not None:
-                swap.append((w, m.swap))
-            # The window maximum can never be below what we just read.
-            peak.append((w, max(ws.peak or 0, m.usage)))
+        if m is None:
+            continue
+        w = _w(ws)
+        limit.add_to(w, m.limit)
+        usage.add_to(w, m.usage)
+        working_set.add_to(w, m.working_set)
+        unreclaimable.add_to(w, m.unreclaimable)
+        for kind in c.MEMORY_KINDS:
+            if kind in m.kinds:
+                kinds.add_to(w, m.kinds[kind], kind)
+        for event, count in sorted(m.events.items()):
+            events.add_to(w, count, event)
+        for level, seconds in sorted(m.pressure.items()):
+            pressure.add_to(w, seconds, level)
+        if m.swap is not None:
+            swap.add_to(w, m.swap)
+        # The window maximum can never be below what we just read.
+        peak.add_to(w, max(ws.peak or 0, m.usage))
+    return [limit, usage, working_set, kinds, unreclaimable, peak, events, pressure, swap]
+
+
+def tmpfs_families(snapshot: Snapshot) -> list[Family]:
+    used, size = Family(c.TMPFS_USED_BYTES), Family(c.TMPFS_SIZE_BYTES)
+    for ws in snapshot.workloads:
+        w = _w(ws) if ws.tmpfs else ""
         for t in ws.tmpfs:
-            tw = f'{w},mount="{_escape_label(t.mount)}"'
-            tmpfs_used.append((tw, t.used))
-            tmpfs_size.append((tw, t.size))
+            used.add_to(w, t.used, t.mount)
+            size.add_to(w, t.size, t.mount)
+    return [used, size]
+
+
+def process_families(snapshot: Snapshot) -> list[Family]:
+    memory, pss, count = (Family(c.PROCESS_MEMORY_BYTES), Family(c.PROCESS_MEMORY_PSS_BYTES),
+                          Family(c.PROCESS_COUNT))
+    for ws in snapshot.workloads:
+        w = _w(ws) if ws.processes else ""
         for g in ws.processes:
-            pw = f'{w},process="{_escape_label(g.name)}"'
-            proc_count.append((pw, g.count))
-            proc_mem.append((f'{pw},kind="rss_anon"', g.rss_anon))
-            proc_mem.append((f'{pw},kind="rss_file"', g.rss_file))
-            proc_mem.append((f'{pw},kind="rss_shmem"', g.rss_shmem))
-            proc_mem.append((f'{pw},kind="swap"', g.swap))
+            count.add_to(w, g.count, g.name)
+            for kind, value in g.memory_by_kind():
+                memory.add_to(w, value, g.name, kind)
             if g.pss is not None:
-                proc_pss.append((f'{pw},kind="anon"', g.pss.anon))
-                proc_pss.append((f'{pw},kind="file"', g.pss.file))
-                proc_pss.append((f'{pw},kind="shmem"', g.pss.shmem))
-    oom = f[c.OOM_KILLS_TOTAL.name]
-    for (workload, process), count in sorted(oom_kill_series(snapshot).items()):
-        oom.add((*workload.labels(), process), count)
-
-    out: list[Family] = list(f.values())
-    if snapshot.node_memory is not None:
-        total, available = Family(c.NODE_MEMORY_TOTAL_BYTES), Family(c.NODE_MEMORY_AVAILABLE_BYTES)
-        total.add((), snapshot.node_memory[0])
-        available.add((), snapshot.node_memory[1])
-        out.extend([total, available])
-    for section in sections:
-        out.extend(section(snapshot))
-    success = Family(c.COLLECTOR_SUCCESS)
-    duration = Family(c.COLLECTOR_DURATION_SECONDS)
-    for r in snapshot.collectors:
-        success.add((r.name,), 1.0 if r.success else 0.0)
-        duration.add((r.name,), r.duration_seconds)
-    build = Family(c.BUILD_INFO)
-    build.add((__version__,), 1.0)
-    out.extend([success, duration, build, *self_process_families()])
-    return out
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-_fd_count: list[float] = [0.0, -1e18]  # count, when counted
-
-
-def _open_fds() -> int:
-    # Listing /proc/self/fd costs milliseconds with the ~1,000 kernel files the collectors
-    # keep open: count at most every 10 s.
-    now = time.monotonic()
-    if now - _fd_count[1] > 10:
-        _fd_count[:] = [len(os.listdir("/proc/self/fd")), now]
-    return int(_fd_count[0])
-
-
-def self_process_families() -> list[Family]:
-    """The exporter's own RSS, CPU, fds and start time (its memory must stay bounded)."""
-    try:
-        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in
-                    Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
-        fds = _open_fds()
-    except (OSError, StopIteration, IndexError):
-        return []
-    out = []
-    for spec, value in (
-        (c.SELF_RESIDENT_MEMORY_BYTES, int(stat[21]) * _PAGE),
-        (c.SELF_CPU_SECONDS_TOTAL, (int(stat[11]) + int(stat[12])) / _TICKS),
-        (c.SELF_OPEN_FDS, fds),
-        (c.SELF_START_TIME_SECONDS, boot + int(stat[19]) / _TICKS),
-    ):
-        fam = Family(spec)
-        fam.add((), value)
-        out.append(fam)
-    return out
+                for kind, value in g.pss.by_kind():
+                    pss.add_to(w, value, g.name, kind)
+    return [memory, pss, count]
 
 
 def oom_kill_series(snapshot: Snapshot) -> dict[tuple[Workload, str], int]:
     """The kills counted, plus a 0 for every process name now running in each pod: a
     counter that appears at 1 hides its first increase from rate() and increase()."""
     series: dict[tuple[Workload, str], int] = {}
-    pods = {ws.ref.pod_uid: ws.workload for ws in snapshot.workloads if ws.ref.is_pod_level}
+    pod_of = snapshot.pod_of()
     for ws in snapshot.workloads:
-        owner = pods.get(ws.ref.pod_uid) if ws.ref.pod_uid else ws.workload
-        if owner is None:
-            continue
-        for g in ws.processes:
-            series[(owner, g.name)] = 0
+        owner = pod_of.get(ws.ref.path)
+        if owner is not None:
+            for g in ws.processes:
+                series[(owner, g.name)] = 0
     series.update(snapshot.oom_kills)
     return series
 
 
-def format_value(v: float) -> str:
-    """Integers as integers (byte counts read better), other floats shortest round-trip."""
-    if isinstance(v, int):
-        return str(v)
-    if v.is_integer() and abs(v) < 2**53:
-        return str(int(v))
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(v)
+def oom_families(snapshot: Snapshot) -> list[Family]:
+    oom = Family(c.OOM_KILLS_TOTAL)
+    for (workload, process), count in sorted(oom_kill_series(snapshot).items()):
+        oom.add((*workload.labels(), process), count)
+    return [oom]
 
 
-def _escape_label(value: str) -> str:
-    if "\\" in value or "\n" in value or '"' in value:
-        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-    return value
+def node_families(snapshot: Snapshot) -> list[Family]:
+    if snapshot.node_memory is None:
+        return []
+    total, available = Family(c.NODE_MEMORY_TOTAL_BYTES), Family(c.NODE_MEMORY_AVAILABLE_BYTES)
+    total.add((), snapshot.node_memory.total)
+    available.add((), snapshot.node_memory.available)
+    return [total, available]
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n")
+def gpu_families(snapshot: Snapshot) -> list[Family]:
+    gpu: GpuUse | None = snapshot.gpu
+    total, used = Family(c.GPU_MEMORY_TOTAL_BYTES), Family(c.GPU_MEMORY_USED_BYTES)
+    per = Family(c.PROCESS_GPU_MEMORY_BYTES)
+    if gpu is None:
+        return [total, used, per]
+    for d in gpu.devices:
+        total.add((d.gpu, d.uuid), d.total_bytes)
+        used.add((d.gpu, d.uuid), d.used_bytes)
+    for (w, process, index, uuid), value in sorted(gpu.processes.items()):
+        per.add((*w.labels(), process, index, uuid), value)
+    return [total, used, per]
 
 
-def encode_families(families: Iterable[Family], openmetrics: bool = False) -> bytes:
-    """Prometheus text format 0.0.4, or OpenMetrics 1.0 (counter families named without
-    ``_total``, a trailing ``# EOF``). Empty families are left out."""
-    out: list[str] = []
-    for fam in families:
-        if not fam.samples:
+def vllm_families(snapshot: Snapshot) -> list[Family]:
+    up = Family(c.VLLM_UP)
+    cap_bytes, cap_blocks = (Family(c.VLLM_KV_CACHE_CAPACITY_BYTES),
+                             Family(c.VLLM_KV_CACHE_CAPACITY_BLOCKS))
+    usage, prefix = Family(c.VLLM_KV_CACHE_USAGE_RATIO), Family(c.VLLM_PREFIX_CACHE_BLOCKS)
+    requests, preemptions = Family(c.VLLM_REQUESTS), Family(c.VLLM_PREEMPTIONS_TOTAL)
+    seen: set[Workload] = set()
+    for v in snapshot.vllm:
+        w = label_pairs(c.WORKLOAD_LABELS, v.workload.labels())
+        if v.workload not in seen:  # one up series per workload
+            seen.add(v.workload)
+            up.add_to(w, 1.0 if v.stats is not None else 0.0)
+        if v.stats is None:
             continue
-        spec = fam.spec
-        sample_name = spec.name
-        family_name = spec.family if openmetrics else spec.name
-        out.append(f"# HELP {family_name} {_escape_help(spec.help)}\n"
-                   f"# TYPE {family_name} {spec.type if spec.type != 'info' else 'gauge'}\n")
-        for pairs, value in fam.samples:
-            if pairs:
-                out.append(f"{sample_name}{{{pairs}}} {format_value(value)}\n")
-            else:
-                out.append(f"{sample_name} {format_value(value)}\n")
-    if openmetrics:
-        out.append("# EOF\n")
-    return "".join(out).encode()
+        for e in v.stats.engines:
+            for medium, cap in sorted(e.capacity.items()):
+                if cap.bytes is not None:
+                    cap_bytes.add_to(w, cap.bytes, e.model_name, e.engine, medium)
+                if cap.blocks is not None:
+                    cap_blocks.add_to(w, cap.blocks, e.model_name, e.engine, medium)
+            for medium, ratio in sorted(e.usage_ratio.items()):
+                usage.add_to(w, ratio, e.model_name, e.engine, medium)
+            for state, n in sorted(e.requests.items()):
+                requests.add_to(w, n, e.model_name, e.engine, state)
+            if e.preemptions_total is not None:
+                preemptions.add_to(w, e.preemptions_total, e.model_name, e.engine)
+        _prefix_blocks(prefix, w, v)
+    return [up, cap_bytes, cap_blocks, usage, prefix, requests, preemptions]
 
 
-def encode(families: list[Family], accept: str | None) -> tuple[bytes, str]:
-    """Prometheus text by default; OpenMetrics when the scraper asks for it."""
-    if accept and "application/openmetrics-text" in accept:
-        return encode_families(families, openmetrics=True), OPENMETRICS_CONTENT_TYPE
-    return encode_families(families), TEXT_CONTENT_TYPE
+def _prefix_blocks(fam: Family, w: str, v: VllmView) -> None:
+    assert v.stats is not None
+    engines = {e.engine: e.model_name for e in v.stats.engines}
+    first = v.stats.engines[0].model_name if v.stats.engines else ""
+    for (engine, medium), n in sorted(v.prefix_blocks.items()):
+        fam.add_to(w, n, engines.get(engine) or first, engine, medium)
+
+
+def health_families(snapshot: Snapshot) -> list[Family]:
+    success, duration = Family(c.COLLECTOR_SUCCESS), Family(c.COLLECTOR_DURATION_SECONDS)
+    for r in snapshot.collectors:
+        success.add((r.name,), 1.0 if r.success else 0.0)
+        duration.add((r.name,), r.duration_seconds)
+    build = Family(c.BUILD_INFO)
+    build.add((__version__,), 1.0)
+    return [success, duration, build]
+
+
+# Exposition order (the golden files pin it).
+RENDERERS: tuple[Renderer, ...] = (
+    memory_families, tmpfs_families, process_families, oom_families, node_families,
+    gpu_families, vllm_families, health_families,
+)
+
+
+def render(snapshot: Snapshot) -> list[Family]:
+    return [fam for renderer in RENDERERS for fam in renderer(snapshot)]

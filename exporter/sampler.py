@@ -19,9 +19,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from exporter.collectors.cgroup import CgroupGone, read_lifetime_peak, read_usage
+from exporter.collectors.cgroup import (
+    CgroupGone,
+    read_lifetime_peak,
+    read_oom_kills,
+    read_usage,
+)
 from exporter.paths import MemoryHierarchy, OpenFiles
-from exporter.postmortem import read_oom_kills
+
+# Called on the sampling thread after each pass: (usage by cgroup, kill counters by domain).
+SampleListener = Callable[[Mapping[str, int], Mapping[str, int]], None]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +63,16 @@ class WindowMax:
 
 
 class PeakSampler:
+    """Started once (``start``) by the factory; a scrape only tells it what to track."""
+
     def __init__(
         self,
-        hierarchy: MemoryHierarchy,
         interval: float,
         window: float,
         clock: Callable[[], float] = time.monotonic,
+        listener: SampleListener | None = None,
     ) -> None:
-        self._hierarchy = hierarchy
+        self._hierarchy: MemoryHierarchy | None = None
         self.interval = interval
         self.window = window
         self._clock = clock
@@ -75,35 +84,36 @@ class PeakSampler:
         self._thread: threading.Thread | None = None
         self._files = OpenFiles()  # used by the sampling thread only
         self._kill_domains: frozenset[str] = frozenset()
-        # Optional consumers, called from the sampling thread after each sample:
-        self.usage_sink: Callable[[Mapping[str, int]], None] | None = None
-        self.kill_sink: Callable[[Mapping[str, int]], None] | None = None
+        self._listener = listener
         self.samples_taken = 0
         self.last_error = ""
 
-    def set_tracked(self, paths: Iterable[str]) -> None:
+    def set_tracked(self, hierarchy: MemoryHierarchy, paths: Iterable[str],
+                    kill_domains: Iterable[str] = ()) -> None:
+        """What to sample, from each scrape's discovery; ``kill_domains`` are the cgroups
+        whose oom_kill counter the OOM watcher follows (oom/watcher.py)."""
         tracked = frozenset(paths)
         with self._lock:
+            self._hierarchy = hierarchy
+            self._kill_domains = frozenset(kill_domains)
             self._tracked = tracked
             for gone in [p for p in self._windows if p not in tracked]:
                 del self._windows[gone]
                 self._lifetime.pop(gone, None)
 
-    def set_kill_domains(self, paths: Iterable[str]) -> None:
-        """Cgroups whose oom_kill counter the OOM watcher follows (postmortem.py)."""
-        self._kill_domains = frozenset(paths)
-
     def sample_once(self) -> None:
         now = self._clock()
         with self._lock:
-            tracked = self._tracked
+            tracked, domains, h = self._tracked, self._kill_domains, self._hierarchy
+        if h is None:
+            return  # no scrape has found the memory controller yet
         # Kill counters first: a peak that led to a kill read below is then in the
         # flight recorder before the kill is published.
         kills: dict[str, int] = {}
-        if self.kill_sink is not None:
-            for path in self._kill_domains:
+        if self._listener is not None:
+            for path in domains:
                 try:
-                    count = read_oom_kills(self._hierarchy, path, self._files.read_text)
+                    count = read_oom_kills(h, path, self._files.read_text)
                 except (OSError, ValueError):
                     continue
                 if count is not None:
@@ -112,8 +122,8 @@ class PeakSampler:
         lifetimes: dict[str, int] = {}
         for path in tracked:
             try:
-                readings[path] = read_usage(self._hierarchy, path, self._files.read_text)
-                lp = read_lifetime_peak(self._hierarchy, path, self._files.read_text)
+                readings[path] = read_usage(h, path, self._files.read_text)
+                lp = read_lifetime_peak(h, path, self._files.read_text)
             except (CgroupGone, OSError, ValueError):
                 continue  # the cgroup went away; discovery drops it on the next scrape
             if lp is not None:
@@ -138,10 +148,8 @@ class PeakSampler:
                 values[path] = value
             self.samples_taken += 1
         # Outside the lock: the flight recorder and OOM watcher take their own.
-        if self.usage_sink is not None:
-            self.usage_sink(values)
-        if self.kill_sink is not None:
-            self.kill_sink(kills)
+        if self._listener is not None:
+            self._listener(values, kills)
 
     def peak(self, path: str) -> int | None:
         with self._lock:
@@ -167,6 +175,8 @@ class PeakSampler:
             self._stop.wait(delay)
 
     def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the sampler is already started")
         self._thread = threading.Thread(target=self.run, name="headroom-sampler", daemon=True)
         self._thread.start()
 

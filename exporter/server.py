@@ -9,12 +9,13 @@ import logging
 from aiohttp import web
 
 from exporter import __version__
-from exporter.pipeline import Pipeline
-from exporter.render import encode, render
+from exporter.encode import encode
+from exporter.factory import Exporter
+from exporter.render import render
 
 log = logging.getLogger(__name__)
 
-PIPELINE_KEY = web.AppKey("pipeline", Pipeline)
+EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
 LANDING = """<!doctype html>
 <html><head><title>headroom exporter</title></head>
@@ -34,13 +35,12 @@ can be seen coming.</p>
 
 
 async def metrics(request: web.Request) -> web.Response:
-    pipeline = request.app[PIPELINE_KEY]
-    sections = pipeline.sections()
-    snapshot = await pipeline.snapshot()
+    exporter = request.app[EXPORTER_KEY]
+    snapshot = await exporter.snapshot()
     accept = request.headers.get("Accept")
     # Rendering a large node is CPU work: keep it off the event loop too.
     body, content_type = await asyncio.to_thread(
-        lambda: encode(render(snapshot, sections), accept)
+        lambda: encode([*render(snapshot), *exporter.self_metrics.families()], accept)
     )
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type
@@ -48,14 +48,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def oom_index(request: web.Request) -> web.Response:
-    pm = request.app[PIPELINE_KEY].postmortem
-    names = pm.list_documents() if pm is not None else []
+    names = request.app[EXPORTER_KEY].postmortem.list_documents()
     return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
 
 
 async def oom_document(request: web.Request) -> web.Response:
-    pm = request.app[PIPELINE_KEY].postmortem
-    doc = pm.get_document(request.match_info["name"]) if pm is not None else None
+    doc = request.app[EXPORTER_KEY].postmortem.get_document(request.match_info["name"])
     if doc is None:
         raise web.HTTPNotFound(text="no such OOM document\n")
     return web.json_response(doc)
@@ -66,7 +64,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def landing(request: web.Request) -> web.Response:
-    cfg = request.app[PIPELINE_KEY].config
+    cfg = request.app[EXPORTER_KEY].config
     text = LANDING.format(
         version=html.escape(__version__),
         collectors=html.escape(", ".join(sorted(cfg.collectors)) or "none"),
@@ -74,9 +72,9 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/html")
 
 
-def make_app(pipeline: Pipeline) -> web.Application:
+def make_app(exporter: Exporter) -> web.Application:
     app = web.Application()
-    app[PIPELINE_KEY] = pipeline
+    app[EXPORTER_KEY] = exporter
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/debug/oom/", oom_index)

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.tmpfs import TmpfsCollector
-from exporter.config import Config
+from exporter import factory
+from exporter.collectors.procfs import ProcfsSettings
+from exporter.collectors.tmpfs import TmpfsSource
+from exporter.config import Config, DiscoverySettings, PathSettings
+from exporter.encode import encode
+from exporter.factory import Exporter
 from exporter.model import ContainerInfo, PodInfo
 from exporter.paths import HostPaths
-from exporter.pipeline import Pipeline
-from exporter.render import encode, render
+from exporter.render import render
+from exporter.source import Source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTS = FIXTURES / "hosts"
@@ -60,28 +64,40 @@ def recorded_pods() -> StaticPods:
     })
 
 
-def host_config(host: str, **overrides: object) -> Config:
+def host_config(host: str) -> Config:
     root = HOSTS / host
-    cfg = Config(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup",
-                 collectors=frozenset({"cgroup", "procfs", "tmpfs"}),
-                 procfs_pss_max_rss=4 << 30)
-    return replace(cfg, **overrides)  # type: ignore[arg-type]
+    return Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
+        PathSettings(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup"),
+        ProcfsSettings(pss_max_rss=4 << 30),
+    )
 
 
-def fixture_pipeline(cfg: Config, pods: StaticPods | None = None) -> Pipeline:
-    paths = HostPaths(procfs=cfg.procfs, cgroupfs=cfg.cgroupfs)
-    pipeline = Pipeline(cfg, paths, pods=pods)
-    h = pipeline.hierarchy()
-    pipeline._tmpfs = TmpfsCollector(paths, h, statvfs=fixture_statvfs)
-    return pipeline
+def on_tree(cfg: Config, root: Path) -> Config:
+    """The config pointed at a copy of a fixture tree."""
+    return cfg.with_settings(replace(cfg.paths, procfs=root / "proc",
+                                     cgroupfs=root / "sys/fs/cgroup"))
+
+
+def kubepods(cfg: Config, path: str) -> Config:
+    return cfg.with_settings(DiscoverySettings(kubepods_path=path))
+
+
+def fixture_pipeline(cfg: Config, pods: StaticPods | None = None,
+                     replace_sources: Mapping[str, Source[object]] | None = None) -> Exporter:
+    """The real exporter over a fixture tree; tmpfs sizes come from the recorded statvfs.
+    Not started: no sampler thread, so the figures are the tree's."""
+    paths = HostPaths(procfs=cfg.paths.procfs, cgroupfs=cfg.paths.cgroupfs)
+    sources: dict[str, Source[object]] = {"tmpfs": TmpfsSource(paths, statvfs=fixture_statvfs)}
+    sources.update(replace_sources or {})
+    return factory.build(cfg, replace=sources, pods=pods)
 
 
 @pytest.fixture
-async def make_pipeline() -> AsyncIterator[list[Pipeline]]:
-    made: list[Pipeline] = []
+async def make_pipeline() -> AsyncIterator[list[Exporter]]:
+    made: list[Exporter] = []
     yield made
     for p in made:
-        p.close()
+        await p.aclose()
 
 
 _DURATION = re.compile(r"^(headroom_collector_duration_seconds\{[^}]*\}) .*$", re.M)
@@ -89,9 +105,9 @@ _DURATION = re.compile(r"^(headroom_collector_duration_seconds\{[^}]*\}) .*$", r
 _SELF = re.compile(r"^(# (HELP|TYPE) )?process_[a-z_]+.*\n", re.M)
 
 
-async def exposition(pipeline: Pipeline) -> str:
+async def exposition(pipeline: Exporter) -> str:
     snap = await pipeline.snapshot()
-    body, _ = encode(render(snap, pipeline.sections()), None)
+    body, _ = encode([*render(snap), *pipeline.self_metrics.families()], None)
     return _SELF.sub("", _DURATION.sub(r"\1 0.0", body.decode()))
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.collectors.kube.source import KubernetesSettings
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "headroom"
 HARNESS = REPO / "tests" / "helm_harness.py"
@@ -493,21 +495,21 @@ def test_exporter_accepts_the_args(case: str, tmp_path: Path) -> None:
     assert args[0] == "serve"
     config = _exporter_parse(args, tmp_path)
     e = values["exporter"]
-    assert config.listen_port == e["port"]
-    assert config.log_level == e["logLevel"] and config.log_format == e["logFormat"]
+    assert config.web.listen[1] == e["port"]
+    assert config.log.level == e["logLevel"] and config.log.format == e["logFormat"]
     enabled = {c for c, on in e["collectors"].items() if on}
     if values["kubernetes"]["enabled"]:
         enabled.add("kubernetes")
-        assert config.node_name == "gpu-node-1"
+        assert config.settings(KubernetesSettings).node_name == "gpu-node-1"
     assert set(config.collectors) == enabled
     window = e["sampler"]["window"] or values["monitor"]["interval"]
-    from exporter.config import parse_duration
+    from exporter.settings import parse_duration
 
-    assert config.sampler_window == parse_duration(window)
+    assert config.sampler.window == parse_duration(window)
     if values["flightRecorder"]["enabled"]:
-        assert str(config.flight_recorder_dir) == values["flightRecorder"]["mountPath"]
+        assert str(config.recorder.dir) == values["flightRecorder"]["mountPath"]
     else:
-        assert config.flight_recorder_dir is None
+        assert config.recorder.dir is None
 
 
 # --- Service and monitors ------------------------------------------------------------------

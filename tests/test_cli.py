@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import build_parser, main
-from exporter.config import ConfigError, build_config, env_name, parse_duration, parse_size
+from exporter.collectors.kube.source import KubernetesSettings
+from exporter.collectors.procfs import ProcfsSettings
+from exporter.config import ConfigError, build_config
+from exporter.settings import env_name, parse_duration, parse_size
 from tests.conftest import HOSTS
 
 V1 = HOSTS / "v1-cgroupfs-containerd"
@@ -30,9 +33,9 @@ def config(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[
 
 def test_defaults() -> None:
     c = config([])
-    assert (c.listen_host, c.listen_port) == ("", 9847)
-    assert c.sampler_interval == 0.2 and c.sampler_window == 30.0
-    assert c.procfs_pss_max_rss == 2 << 30
+    assert c.web.listen == ("", 9847)
+    assert c.sampler.interval == 0.2 and c.sampler.window == 30.0
+    assert c.settings(ProcfsSettings).pss_max_rss == 2 << 30
     assert c.collectors == {"cgroup", "procfs", "tmpfs", "nvml", "vllm", "kubernetes"}
 
 
@@ -41,11 +44,11 @@ def test_env_twins_and_flags_win() -> None:
            "HEADROOM_COLLECTOR_NVML": "false", "NODE_NAME": "gpu-node-7",
            "HEADROOM_WEB_LISTEN_ADDRESS": "127.0.0.1:1"}
     c = config(["--web.listen-address=[::1]:9000"], env)
-    assert c.sampler_window == 15.0
-    assert c.track == ("a.slice", "/b/c")
+    assert c.sampler.window == 15.0
+    assert c.discovery.track == ("a.slice", "/b/c")
     assert "nvml" not in c.collectors
-    assert c.node_name == "gpu-node-7"
-    assert (c.listen_host, c.listen_port) == ("::1", 9000)
+    assert c.settings(KubernetesSettings).node_name == "gpu-node-7"
+    assert c.web.listen == ("::1", 9000)
     assert not config(["--no-collector.procfs"]).enabled("procfs")
     assert env_name("--procfs.pss-max-rss") == "HEADROOM_PROCFS_PSS_MAX_RSS"
 
@@ -82,8 +85,8 @@ def test_parse_duration_rejects(text: str) -> None:
 
 
 def test_kmsg_can_be_turned_off() -> None:
-    assert config(["--path.kmsg="]).kmsg is None
-    assert config([]).kmsg == Path("/dev/kmsg")
+    assert config(["--path.kmsg="]).paths.kmsg is None
+    assert config([]).paths.kmsg == Path("/dev/kmsg")
 
 
 def test_parse_size() -> None:

@@ -7,14 +7,18 @@ import asyncio
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from aiohttp import web
 
-from exporter.collectors.nvml import NvmlCollector, RecordedNvmlApi
-from exporter.extensions import GpuExtension, VllmExtension, pod_ip_from_fib_trie
+from exporter.collectors.nvml import NvmlCollector, NvmlSource
+from exporter.collectors.vllm.discovery import pod_ip_from_fib_trie
+from exporter.collectors.vllm.source import VllmSettings, VllmSource
+from exporter.factory import Exporter
 from exporter.model import ContainerInfo, PodInfo
 from exporter.paths import HostPaths
+from exporter.source import Source
 from tests.conftest import (
     FIXTURES,
     GOLDEN,
@@ -24,6 +28,7 @@ from tests.conftest import (
     host_config,
     parse_exposition,
 )
+from tests.nvml_recorded import RecordedNvmlApi
 
 HOST = "v1-cgroupfs-containerd"
 VLLM_UID = "4c1e0b8e-7d0a-4c1b-9a53-1f7e2f0b9c11"
@@ -61,22 +66,29 @@ def pods_for(port: int) -> StaticPods:
     )})
 
 
-def gpu(recording: str) -> GpuExtension:
-    return GpuExtension(NvmlCollector(RecordedNvmlApi.from_file(FIXTURES / "nvml" / recording)))
+def gpu(recording: str) -> NvmlSource:
+    return NvmlSource(NvmlCollector(RecordedNvmlApi.from_file(FIXTURES / "nvml" / recording)))
+
+
+def vllm_source(timeout: float) -> VllmSource:
+    return VllmSource(VllmSettings(timeout=timeout, max_body_bytes=1 << 20, kv_events=False),
+                      HostPaths())
+
+
+def with_sources(pods: StaticPods | None, **sources: Source[object]) -> Exporter:
+    """The fixture host's exporter with these sources (by collector name) turned on."""
+    cfg = host_config(HOST)
+    cfg = replace(cfg, collectors=cfg.collectors | set(sources))
+    return fixture_pipeline(cfg, pods, sources)
 
 
 async def test_gpu_and_vllm_golden(vllm_server: tuple[int, list[str]], update_golden: bool,
                                    make_pipeline: list) -> None:
     port, _ = vllm_server
     pods = pods_for(port)
-    p = fixture_pipeline(host_config(HOST), pods)
+    p = with_sources(pods, nvml=gpu("v1-host-2gpu.json"), vllm=vllm_source(2))
     make_pipeline.append(p)
-    vllm = VllmExtension(pods, HostPaths(), (), timeout=2, max_bytes=1 << 20, kv_events=False)
-    p.extensions.extend([gpu("v1-host-2gpu.json"), vllm])
-    try:
-        text = await exposition(p)
-    finally:
-        await vllm.aclose()
+    text = await exposition(p)
     golden = GOLDEN / f"{HOST}-gpu-vllm.prom"
     if update_golden:
         golden.write_text(text)
@@ -101,20 +113,13 @@ async def test_vllm_down_or_garbage_marks_the_collector(
         vllm_server: tuple[int, list[str]], make_pipeline: list) -> None:
     port, mode = vllm_server
     pods = pods_for(port)
-    p = fixture_pipeline(host_config(HOST), pods)
+    p = with_sources(pods, vllm=vllm_source(1))
     make_pipeline.append(p)
-    vllm = VllmExtension(pods, HostPaths(), (), timeout=1, max_bytes=1 << 20, kv_events=False)
-    p.extensions.append(vllm)
     w = 'namespace="llm-serving",pod="llama-70b-0",container="kserve-container"'
-    try:
-        mode.append("garbage")
-        garbage = parse_exposition(await exposition(p))
-        down_pods = pods_for(1)  # nothing listens on port 1
-        vllm._pods = down_pods
-        p.pods = down_pods
-        down = parse_exposition(await exposition(p))
-    finally:
-        await vllm.aclose()
+    mode.append("garbage")
+    garbage = parse_exposition(await exposition(p))
+    p.pipeline.pods = pods_for(1)  # nothing listens on port 1
+    down = parse_exposition(await exposition(p))
     for v in (garbage, down):
         assert v[f"headroom_vllm_up{{{w}}}"] == 0
         assert v['headroom_collector_success{collector="vllm"}'] == 0
@@ -123,14 +128,14 @@ async def test_vllm_down_or_garbage_marks_the_collector(
 
 
 async def test_lost_gpu_and_no_driver(make_pipeline: list) -> None:
-    p = fixture_pipeline(host_config(HOST))
+    p = with_sources(None, nvml=gpu("h100x8-gpu5-lost.json"))
     make_pipeline.append(p)
-    p.extensions.append(gpu("h100x8-gpu5-lost.json"))
     lost = parse_exposition(await exposition(p))
     assert lost['headroom_collector_success{collector="nvml"}'] == 0
     gpus = {k for k in lost if k.startswith("headroom_gpu_memory_total_bytes")}
     assert len(gpus) == 7 and not any('gpu="5"' in k for k in gpus)
-    p.extensions[:] = [gpu("no-driver.json")]
+    p = with_sources(None, nvml=gpu("no-driver.json"))
+    make_pipeline.append(p)
     none = parse_exposition(await exposition(p))
     assert none['headroom_collector_success{collector="nvml"}'] == 1  # no GPU: not a failure
     assert not any(k.startswith("headroom_gpu") for k in none)
@@ -154,15 +159,11 @@ async def test_vllm_slow_answer_times_out(make_pipeline: list) -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    pods = pods_for(port)
-    p = fixture_pipeline(host_config(HOST), pods)
+    p = with_sources(pods_for(port), vllm=vllm_source(0.3))
     make_pipeline.append(p)
-    vllm = VllmExtension(pods, HostPaths(), (), timeout=0.3, max_bytes=1 << 20, kv_events=False)
-    p.extensions.append(vllm)
     try:
         v = parse_exposition(await exposition(p))
     finally:
-        await vllm.aclose()
         await runner.cleanup()
     assert v['headroom_collector_success{collector="vllm"}'] == 0
     assert v['headroom_collector_success{collector="procfs"}'] == 1

@@ -16,9 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from exporter import factory
+from exporter.config import ScrapeSettings
 from exporter.paths import CgroupLayoutError, HostPaths
-from exporter.pipeline import Pipeline
-from tests.conftest import HOSTS, exposition, fixture_pipeline, host_config, parse_exposition
+from tests.conftest import (
+    HOSTS,
+    exposition,
+    fixture_pipeline,
+    host_config,
+    kubepods,
+    on_tree,
+    parse_exposition,
+)
 
 V2 = "v2-systemd-mixed"
 
@@ -45,17 +54,15 @@ def test_unreadable_cgroup_file_fails_the_collector_not_the_scrape(
     script = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
-        from tests.conftest import exposition, fixture_pipeline, host_config
-        from dataclasses import replace
+        from tests.conftest import exposition, fixture_pipeline, host_config, on_tree
         from pathlib import Path
-        cfg = replace(host_config({V2!r}), procfs=Path({str(root / 'proc')!r}),
-                      cgroupfs=Path({str(root / 'sys/fs/cgroup')!r}))
+        cfg = on_tree(host_config({V2!r}), Path({str(root)!r}))
         async def main():
             p = fixture_pipeline(cfg)
             try:
                 print(await exposition(p))
             finally:
-                p.close()
+                await p.aclose()
         asyncio.run(main())
     """)
     res = subprocess.run(
@@ -85,8 +92,7 @@ async def test_hung_file_times_out_and_threads_do_not_pile_up(
     (stat / "memory.stat").unlink()
     os.mkfifo(stat / "memory.stat")
     os.link(stat / "memory.stat", tmp_path / "fifo")  # to reach it once the path is fixed
-    cfg = replace(host_config(V2), procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup",
-                  collector_timeout=0.3)
+    cfg = on_tree(host_config(V2), root).with_settings(ScrapeSettings(collector_timeout=0.3))
     p = fixture_pipeline(cfg)
     fifo = stat / "memory.stat"
     try:
@@ -111,7 +117,7 @@ async def test_hung_file_times_out_and_threads_do_not_pile_up(
         assert success(text, "cgroup") == 1.0
     finally:
         unblock(tmp_path / "fifo")
-        p.close()
+        await p.aclose()
 
 
 def unblock(fifo: Path) -> None:
@@ -133,18 +139,18 @@ async def test_no_memory_controller_keeps_serving(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(CgroupLayoutError, match="no memory cgroup controller"):
         HostPaths(cgroupfs=empty).detect_memory_hierarchy()
-    cfg = replace(host_config(V2), cgroupfs=empty)
-    p = Pipeline(cfg, HostPaths(procfs=cfg.procfs, cgroupfs=empty))
+    cfg = host_config(V2)
+    p = factory.build(cfg.with_settings(replace(cfg.paths, cgroupfs=empty)))
     try:
         text = await exposition(p)
     finally:
-        p.close()
+        await p.aclose()
     assert success(text, "discovery") == 0.0
     assert "headroom_build_info" in text
 
 
 async def test_missing_kubepods_path_is_a_failed_discovery(make_pipeline: list) -> None:
-    p = fixture_pipeline(replace(host_config(V2), kubepods_path="kubepods-not-here"))
+    p = fixture_pipeline(kubepods(host_config(V2), "kubepods-not-here"))
     make_pipeline.append(p)
     text = await exposition(p)
     assert success(text, "discovery") == 0.0
@@ -152,8 +158,7 @@ async def test_missing_kubepods_path_is_a_failed_discovery(make_pipeline: list) 
 
 async def test_processes_coming_and_going(tmp_path: Path, make_pipeline: list) -> None:
     root = copy_host(tmp_path, "v1-cgroupfs-containerd")
-    p = fixture_pipeline(replace(host_config("v1-cgroupfs-containerd"), procfs=root / "proc",
-                                 cgroupfs=root / "sys/fs/cgroup"))
+    p = fixture_pipeline(on_tree(host_config("v1-cgroupfs-containerd"), root))
     make_pipeline.append(p)
     before = parse_exposition(await exposition(p))
     shutil.rmtree(root / "proc/4101")  # EngineCore exits: gone from /proc and its cgroup
@@ -177,8 +182,7 @@ async def test_foreign_pid_namespace_is_named(tmp_path: Path, make_pipeline: lis
     root = copy_host(tmp_path, "v1-cgroupfs-containerd")
     for procs in root.glob("sys/fs/cgroup/memory/kubepods/**/cgroup.procs"):
         procs.write_text("".join("0\n" for _ in procs.read_text().split()))
-    p = fixture_pipeline(replace(host_config("v1-cgroupfs-containerd"), procfs=root / "proc",
-                                 cgroupfs=root / "sys/fs/cgroup"))
+    p = fixture_pipeline(on_tree(host_config("v1-cgroupfs-containerd"), root))
     make_pipeline.append(p)
     text = await exposition(p)
     assert success(text, "procfs") == 0.0

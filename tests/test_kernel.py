@@ -16,9 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import Config
-from exporter.paths import HostPaths
-from exporter.pipeline import Pipeline
+from exporter import factory
+from exporter.config import (
+    Config,
+    DiscoverySettings,
+    PathSettings,
+    RecorderSettings,
+    SamplerSettings,
+)
+from exporter.factory import Exporter as Pipeline
 from tests.conftest import exposition, parse_exposition
 from tests.kernel import Grower, KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
 
@@ -41,10 +47,19 @@ def tree() -> Iterator[KubeTree]:
         yield t
 
 
-def make_pipeline(tree: KubeTree, **kw: object) -> Pipeline:
-    cfg = Config(kubepods_path=tree.kubepods,
-                 collectors=frozenset({"cgroup", "procfs", "tmpfs"}), **kw)  # type: ignore[arg-type]
-    return Pipeline(cfg, HostPaths())
+def make_pipeline(tree: KubeTree, sampler_interval: float = 0.2,
+                  flight_recorder_dir: Path | None = None,
+                  kmsg: Path | None = Path("/dev/kmsg")) -> Pipeline:
+    """The real exporter on this kernel, started (its sampler runs)."""
+    cfg = Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
+        DiscoverySettings(kubepods_path=tree.kubepods),
+        SamplerSettings(interval=sampler_interval),
+        PathSettings(kmsg=kmsg),
+        RecorderSettings(dir=flight_recorder_dir),
+    )
+    exporter = factory.build(cfg)
+    exporter.start()
+    return exporter
 
 
 @dataclass
@@ -74,7 +89,7 @@ async def pipelines() -> AsyncIterator[list[Pipeline]]:
     made: list[Pipeline] = []
     yield made
     for p in made:
-        p.close()
+        await p.aclose()
 
 
 def near(actual: float, expected: float, rel: float = 0.05) -> bool:

@@ -23,18 +23,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.config import Config
-from exporter.kube import (
-    KubePodWatcher,
+from exporter.collectors.kube.parse import (
     LineSplitter,
     api_url_from_env,
     backoff_delay,
     decode_watch_event,
-    in_cluster,
     parse_pod,
     strip_container_id,
-    watcher_from_config,
 )
+from exporter.collectors.kube.source import KubernetesSettings, watcher_for
+from exporter.collectors.kube.watch import KubePodWatcher, in_cluster
 from exporter.model import ContainerInfo, PodInfo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kube"
@@ -297,12 +295,12 @@ def test_in_cluster(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert any("node name unknown" in m for m in messages)
 
 
-def test_watcher_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_watcher_for_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert watcher_from_config(Config(node_name=NODE)) is None  # not in a cluster
+    assert watcher_for(KubernetesSettings(node_name=NODE)) is None  # not in a cluster
     url = "http://127.0.0.1:8001"  # kubectl proxy
-    assert watcher_from_config(Config(kubernetes_api_url=url)) is None  # no node name
-    watcher = watcher_from_config(Config(kubernetes_api_url=url + "/", node_name=NODE))
+    assert watcher_for(KubernetesSettings(api_url=url)) is None  # no node name
+    watcher = watcher_for(KubernetesSettings(api_url=url + "/", node_name=NODE))
     assert watcher is not None
     assert watcher.api_url == "http://127.0.0.1:8001/api/v1/pods"
 

@@ -16,7 +16,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from exporter.collectors.kv_events import (
+from exporter.collectors.vllm.discovery import KvEventEndpoint
+from exporter.collectors.vllm.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -29,7 +30,6 @@ from exporter.collectors.kv_events import (
     decode_batch,
     is_replay_end,
 )
-from exporter.collectors.vllm import KvEventEndpoint
 
 H = [bytes([i]) * 32 for i in range(64)]  # sha256-sized block hashes, as vLLM 0.2x+ sends
 
@@ -539,9 +539,9 @@ async def test_hub_follows_discovery(ctx: zmq.asyncio.Context) -> None:
             await asyncio.sleep(0.1)
             assert seq < 50
         hub.ensure("http://pod-a:8000/metrics", [ep])  # same endpoint: the same subscriber
-        assert hub.keys() == ["http://pod-a:8000/metrics"]
+        assert hub.instances() == ["http://pod-a:8000/metrics"]
         hub.ensure("http://pod-a:8000/metrics", [])  # gone from discovery
-        assert hub.keys() == [] and hub.prefix_cache_blocks("http://pod-a:8000/metrics") == {}
+        assert hub.instances() == [] and hub.prefix_cache_blocks("http://pod-a:8000/metrics") == {}
     finally:
         await hub.close()
         vllm.close()

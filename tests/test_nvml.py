@@ -12,9 +12,9 @@ from exporter.collectors.nvml import (
     GpuProcessUse,
     NvmlCollector,
     PynvmlApi,
-    RecordedNvmlApi,
     read_gpus,
 )
+from tests.nvml_recorded import RecordedNvmlApi
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 MiB = 1024**2

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from exporter.postmortem import FlightRecorder, parse_kmsg_record
+from exporter.collectors.kmsg import parse_kmsg_record
+from exporter.oom.recorder import FlightRecorder
 
 # /dev/kmsg records written by this machine's kernel (6.18) for a real memcg OOM kill.
 OOM_KILL = (

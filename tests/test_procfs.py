@@ -102,10 +102,10 @@ def test_pss_gate_interval_and_vanished_pid(tmp_path: Path) -> None:
     paths = HostPaths(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup")
     h = paths.detect_memory_hierarchy()
     now = [1000.0]
-    c = ProcfsCollector(paths, h, ProcfsSettings(pss_interval=60, pss_max_rss=2 << 30),
+    c = ProcfsCollector(paths, ProcfsSettings(pss_interval=60, pss_max_rss=2 << 30),
                         clock=lambda: now[0])
     ref = next(r for r in _refs(h) if r.container_id and r.container_id.startswith("01"))
-    result = c.collect([ref])
+    result = c.collect(h, [ref])
     groups = {g.name: g for g in result.groups[ref.path]}
     # pid 4999 is listed in cgroup.procs but gone from /proc: skipped silently
     assert sorted(p.pid for p in result.processes[ref.path]) == [4100, 4101, 4102, 4103, 4104]
@@ -115,16 +115,16 @@ def test_pss_gate_interval_and_vanished_pid(tmp_path: Path) -> None:
     smaps = root / "proc/4100/smaps_rollup"
     smaps.write_text(smaps.read_text().replace("Pss_Anon:       1640000", "Pss_Anon:       1"))
     now[0] += 30
-    assert {g.name: g for g in c.collect([ref]).groups[ref.path]}["APIServer"].pss == \
+    assert {g.name: g for g in c.collect(h, [ref]).groups[ref.path]}["APIServer"].pss == \
         groups["APIServer"].pss
     now[0] += 31
-    refreshed = {g.name: g for g in c.collect([ref]).groups[ref.path]}["APIServer"].pss
+    refreshed = {g.name: g for g in c.collect(h, [ref]).groups[ref.path]}["APIServer"].pss
     assert refreshed is not None and refreshed.anon == 1024
     # A process that exits between the pid list and its status read is skipped (a fresh
     # collector: on a real /proc a kept-open status file fails with ESRCH instead).
     shutil.rmtree(root / "proc/4102")
-    fresh = ProcfsCollector(paths, h, ProcfsSettings())
-    names = {g.name for g in fresh.collect([ref]).groups[ref.path]}
+    fresh = ProcfsCollector(paths, ProcfsSettings())
+    names = {g.name for g in fresh.collect(h, [ref]).groups[ref.path]}
     assert "Worker_TP0" not in names and "Worker_TP1" in names
 
 

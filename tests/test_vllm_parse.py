@@ -8,19 +8,15 @@ import os
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.vllm import (
-    CPU,
-    GPU,
+from exporter.collectors.vllm.discovery import (
     KvEventEndpoint,
-    VllmBodyTooLarge,
-    VllmParseError,
-    VllmScrapeError,
     base_url,
     connect_form,
     fetch_kv_event_sources,
@@ -29,9 +25,16 @@ from exporter.collectors.vllm import (
     metrics_url_from_argv,
     offset_endpoint,
     parse_kv_event_sources,
+)
+from exporter.collectors.vllm.metrics import (
+    CPU,
+    GPU,
+    VllmBodyTooLarge,
+    VllmParseError,
+    VllmScrapeError,
+    VllmStats,
     parse_vllm_metrics,
     scrape_vllm,
-    stats_to_json,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
@@ -39,6 +42,29 @@ GOLDEN = Path(__file__).parent / "golden" / "vllm"
 BODIES = sorted(p.name for p in FIXTURES.glob("*.txt"))
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GiB = 1 << 30
+
+
+def stats_to_json(stats: VllmStats) -> dict[str, Any]:
+    """Plain data for the golden files."""
+    return {
+        "multiprocess": stats.multiprocess,
+        "api_servers": list(stats.api_servers),
+        "engines": [
+            {
+                "model_name": e.model_name,
+                "engine": e.engine,
+                "block_size": e.block_size,
+                "capacity": {
+                    m: {"blocks": c.blocks, "bytes": c.bytes, "source": c.source}
+                    for m, c in sorted(e.capacity.items())
+                },
+                "usage_ratio": dict(sorted(e.usage_ratio.items())),
+                "requests": dict(sorted(e.requests.items())),
+                "preemptions_total": e.preemptions_total,
+            }
+            for e in stats.engines
+        ],
+    }
 
 
 def parse(name: str):  # type: ignore[no-untyped-def]

@@ -27,8 +27,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.kv_events import KvBlockTracker, KvEventSubscriber
-from exporter.collectors.vllm import GPU, fetch_kv_event_sources, fetch_text, scrape_vllm
+from exporter.collectors.vllm.discovery import fetch_kv_event_sources
+from exporter.collectors.vllm.kv_events import KvBlockTracker, KvEventSubscriber
+from exporter.collectors.vllm.metrics import GPU, fetch_text, scrape_vllm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from vllm_model import WORDS, kv_events_config, server_env

@@ -29,11 +29,13 @@ as reclaimable (they are written back first).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.model import CgroupMemory, CgroupVersion
-from exporter.paths import MemoryHierarchy, read_text
+from exporter.model import CgroupMemory, CgroupRef, CgroupVersion
+from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
+from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
+from exporter.source import partial as partial_result
 
 V2_KERNEL_PARTS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc")
 V1_UNLIMITED_FLOOR = 1 << 62  # v1 reports "no limit" as PAGE_COUNTER_MAX pages
@@ -204,6 +206,12 @@ def parse_events(raw: RawCgroup) -> dict[str, int]:
     return events
 
 
+def parse_oom_kills(text: str) -> int | None:
+    """``oom_kill`` of memory.events(.local) (v2) or memory.oom_control (v1): kills of
+    processes in this cgroup, whichever limit was hit (the OOM watcher's counter)."""
+    return parse_flat_keyed(text).get("oom_kill")
+
+
 def parse_cgroup(raw: RawCgroup, node_memory: int) -> CgroupMemory:
     """All of one cgroup's contract figures from its file contents."""
     usage = int(raw.usage.strip())
@@ -306,8 +314,73 @@ def read_lifetime_peak(
         return None
 
 
+def read_oom_kills(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> (
+    int | None
+):
+    """The kill counter of one cgroup (None when the kernel has no such counter). v2 reads
+    ``memory.events.local`` first: the cgroup's own kills, not its descendants'."""
+    names = ("memory.events.local", "memory.events") if hierarchy.version == 2 else (
+        "memory.oom_control",)
+    for name in names:
+        text = _read(read, hierarchy.file(rel, name))
+        if text is not None:
+            return parse_oom_kills(text)
+    return None
+
+
 def node_memory_bytes(meminfo: str, key: str = "MemTotal") -> int:
     for line in meminfo.splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     raise ValueError(f"no {key} in meminfo")
+
+
+# --- the source ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    total: int  # MemTotal
+    available: int  # MemAvailable
+
+
+@dataclass(frozen=True)
+class CgroupData:
+    memory: Mapping[str, CgroupMemory]  # cgroup path -> figures
+    node: NodeMemory
+
+
+KEY: Key[CgroupData] = Key("cgroup")
+
+
+class CgroupSource(SourceBase):
+    """Every tracked cgroup's memory files, read through descriptors kept open."""
+
+    def __init__(self, paths: HostPaths) -> None:
+        self._paths = paths
+        self._files = OpenFiles()  # used by one worker thread at a time (the guard)
+
+    async def collect(self, ctx: Context) -> Result[CgroupData]:
+        return await in_thread(lambda: self.read(ctx.hierarchy, ctx.refs))
+
+    def read(self, h: MemoryHierarchy, refs: Sequence[CgroupRef]) -> Result[CgroupData]:
+        meminfo = read_text(self._paths.proc("meminfo"))
+        node = NodeMemory(node_memory_bytes(meminfo), node_memory_bytes(meminfo, "MemAvailable"))
+        out: dict[str, CgroupMemory] = {}
+        errors: list[str] = []
+        for ref in refs:
+            try:
+                out[ref.path] = read_cgroup(h, ref.path, node.total, self._files.read_text)
+            except CgroupGone:
+                continue  # a container exiting: not an error
+            except (OSError, ValueError) as exc:
+                errors.append(f"{ref.path}: {type(exc).__name__}: {exc}")
+        self._files.sweep()
+        return partial_result(CgroupData(out, node), errors, f"of {len(refs)} cgroups")
+
+    async def aclose(self) -> None:
+        self._files.close()
+
+
+SPEC = SourceSpec(KEY, "memory of each tracked cgroup (memory.stat, events, PSI, limits)",
+                  NoSettings, lambda _settings, paths: CgroupSource(paths))

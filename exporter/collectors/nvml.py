@@ -1,29 +1,31 @@
 """GPU memory per device and per process, from NVML.
 
 ``NvmlApi`` is the handful of NVML calls headroom uses. ``PynvmlApi`` is the real one over
-``pynvml`` (the nvidia-ml-py distribution); ``RecordedNvmlApi`` replays a JSON fixture so the
-tests cover H100, MIG, lost-GPU and no-driver nodes without a GPU. ``read_gpus`` is the
-collector: it walks the devices through the protocol and returns one frozen ``NvmlSnapshot``.
+``pynvml`` (the nvidia-ml-py distribution); the tests replay recorded answers through the
+same protocol (tests/nvml_recorded.py) to cover H100, MIG, lost-GPU and no-driver nodes
+without a GPU. ``read_gpus`` walks the devices through the protocol and returns one frozen
+``NvmlSnapshot``.
 
 Labels: ``gpu`` is the NVML index of a whole GPU (``"3"``); a MIG instance is
 ``"<parent index>/<n>"`` where n counts the parent's MIG devices in order, as ``nvidia-smi -L``
 numbers them (``"0/1"``). In MIG mode the parent itself is not reported: its memory is the
 sum of its instances, so reporting both would count it twice in any sum by ``gpu``.
 
-Pids are as NVML sees them: host pids (the exporter runs with hostPID). The lead maps them
-to workloads.
+Pids are as NVML sees them: host pids (the exporter runs with hostPID); ``join.py`` maps
+them to workloads through the procfs source's process table.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pynvml
+
+from exporter.paths import HostPaths
+from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
 
 log = logging.getLogger(__name__)
 
@@ -159,80 +161,6 @@ class PynvmlApi:
                 for p in procs]
 
 
-def _nvml_error(name: str) -> pynvml.NVMLError:
-    """``pynvml.NVMLError`` for a class name such as ``"NVMLError_GpuIsLost"``."""
-    for code, cls in pynvml.NVMLError._valClassMapping.items():
-        if cls.__name__ == name:
-            return pynvml.NVMLError(code)
-    raise ValueError(f"unknown NVML error name {name!r}")
-
-
-@dataclass(frozen=True)
-class _RecordedDevice:
-    data: Mapping[str, Any]
-
-    def check(self) -> None:
-        if err := self.data.get("error"):
-            raise _nvml_error(err)
-
-
-class RecordedNvmlApi:
-    """``NvmlApi`` replaying a JSON fixture (see tests/fixtures/nvml/README.md for the shape)."""
-
-    def __init__(self, recording: Mapping[str, Any]) -> None:
-        self._rec = recording
-        self._devices = [_RecordedDevice(d) for d in recording.get("devices", [])]
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> RecordedNvmlApi:
-        return cls(json.loads(Path(path).read_text()))
-
-    def init(self) -> None:
-        if err := self._rec.get("init_error"):
-            raise _nvml_error(err)
-
-    def shutdown(self) -> None:
-        pass
-
-    def device_count(self) -> int:
-        return len(self._devices)
-
-    def handle(self, index: int) -> object:
-        return self._devices[index]
-
-    @staticmethod
-    def _dev(handle: object) -> Mapping[str, Any]:
-        assert isinstance(handle, _RecordedDevice)
-        handle.check()
-        return handle.data
-
-    def uuid(self, handle: object) -> str:
-        return str(self._dev(handle)["uuid"])
-
-    def name(self, handle: object) -> str:
-        return str(self._dev(handle)["name"])
-
-    def memory(self, handle: object) -> tuple[int, int]:
-        mem = self._dev(handle)["memory"]
-        return int(mem["total"]), int(mem["used"])
-
-    def mig_enabled(self, handle: object) -> bool:
-        return bool(self._dev(handle).get("mig_mode", 0))
-
-    def mig_device_count(self, handle: object) -> int:
-        return int(self._dev(handle).get("max_mig_devices", 0))
-
-    def mig_handle(self, handle: object, index: int) -> object | None:
-        slots: Sequence[Mapping[str, Any] | None] = self._dev(handle).get("mig_devices", [])
-        slot = slots[index] if index < len(slots) else None
-        return None if slot is None else _RecordedDevice(slot)
-
-    def processes(self, handle: object) -> list[tuple[int, int | None]]:
-        dev = self._dev(handle)
-        procs = [*dev.get("compute_processes", []), *dev.get("graphics_processes", [])]
-        return [(int(p["pid"]), p["usedGpuMemory"]) for p in procs]
-
-
 def _read_device(api: NvmlApi, handle: object, gpu: str, parent: str | None) -> GpuDevice:
     total, used = api.memory(handle)
     return GpuDevice(
@@ -308,3 +236,32 @@ class NvmlCollector:
                 self.api.shutdown()
             except pynvml.NVMLError as exc:
                 log.debug("nvmlShutdown: %s", exc)
+
+
+# --- the source ------------------------------------------------------------------------
+
+KEY: Key[NvmlSnapshot] = Key("nvml")
+
+
+class NvmlSource(SourceBase):
+    """NVML calls block (a lost GPU can hang them): a worker thread; the pipeline never
+    starts a second one while the first has not returned."""
+
+    def __init__(self, collector: NvmlCollector | None = None) -> None:
+        self._nvml = collector or NvmlCollector()
+
+    async def collect(self, ctx: Context) -> Result[NvmlSnapshot]:
+        snap = await in_thread(self._nvml.collect)
+        if not snap.available:
+            return Result(None)  # no driver on this node: no data, not a failure
+        return Result(snap, snap.errors)
+
+    async def aclose(self) -> None:
+        self._nvml.close()
+
+
+def _build(_settings: NoSettings, _paths: HostPaths) -> NvmlSource:
+    return NvmlSource()
+
+
+SPEC = SourceSpec(KEY, "GPU memory per device and per process (NVML)", NoSettings, _build)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from exporter.catalog import OTHER_PROCESS
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
+from exporter.settings import Settings, at_least, parse_duration, parse_size, positive, setting
+from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
 
 VLLM_TITLE_PREFIX = "VLLM::"
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
@@ -149,15 +151,22 @@ def _sum_group(name: str, members: list[ProcessStatus], pss: Mapping[int, Proces
 
 
 @dataclass(frozen=True)
-class ProcfsSettings:
-    max_processes: int = 10  # names per cgroup before folding into "other"
-    pss_interval: float = 60.0  # seconds between smaps_rollup reads of one process
-    pss_max_rss: int = 2 << 30  # never read smaps_rollup above this RSS
-    pss_per_scrape: int = 16  # spread smaps_rollup reads over scrapes
+class ProcfsSettings(Settings):
+    max_processes: int = setting(
+        "--procfs.max-processes", "10", int,
+        "process names kept per container; the rest are summed as 'other'",
+        check=at_least(1))
+    pss_interval: float = setting(
+        "--procfs.pss-interval", "60s", parse_duration,
+        "how often one process's smaps_rollup (PSS) is read", check=positive)
+    pss_max_rss: int = setting(
+        "--procfs.pss-max-rss", "2GiB", parse_size,
+        "never read smaps_rollup of a process whose RSS is above this")
+    pss_per_scrape: int = 16  # spread smaps_rollup reads over scrapes (not a flag)
 
 
 @dataclass(frozen=True)
-class ProcfsResult:
+class ProcfsData:
     groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
     processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
     hidden: int = 0  # pids listed as 0: processes in a pid namespace we cannot see
@@ -173,12 +182,10 @@ class ProcfsCollector:
     def __init__(
         self,
         paths: HostPaths,
-        hierarchy: MemoryHierarchy,
         settings: ProcfsSettings,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._paths = paths
-        self._hierarchy = hierarchy
         self._settings = settings
         self._clock = clock
         self._names: dict[tuple[int, str], str] = {}  # (pid, comm) -> name
@@ -187,11 +194,11 @@ class ProcfsCollector:
         self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
         self._files = OpenFiles()  # /proc/PID/status stays open between scrapes
 
-    def pids(self, ref: CgroupRef) -> list[int]:
+    def pids(self, h: MemoryHierarchy, ref: CgroupRef) -> list[int]:
         try:
             # Opened afresh: on cgroup v1 a kept-open cgroup.procs re-read within about a
             # second returns the kernel's cached pid list (stale pids, new ones missing).
-            text = read_text(self._hierarchy.file(ref.path, "cgroup.procs"))
+            text = read_text(h.file(ref.path, "cgroup.procs"))
         except FileNotFoundError:
             return []  # the container exited
         # The kernel lists processes outside the reader's pid namespace as 0.
@@ -219,7 +226,7 @@ class ProcfsCollector:
             return None
         return ProcessStatus(pid, name, *status[1:])
 
-    def collect(self, refs: Sequence[CgroupRef]) -> ProcfsResult:
+    def collect(self, h: MemoryHierarchy, refs: Sequence[CgroupRef]) -> ProcfsData:
         groups: dict[str, tuple[ProcessGroup, ...]] = {}
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
         vllm_argv: dict[str, tuple[str, ...]] = {}
@@ -231,7 +238,7 @@ class ProcfsCollector:
             if ref.is_pod_level:
                 continue  # processes live in the container cgroups
             procs: list[ProcessStatus] = []
-            for pid in self.pids(ref):
+            for pid in self.pids(h, ref):
                 p = self.read_process(pid)
                 if p is None:
                     continue
@@ -245,7 +252,7 @@ class ProcfsCollector:
             processes[ref.path] = tuple(procs)
         self._forget(live)
         self._files.sweep()
-        return ProcfsResult(groups, processes, self._hidden, vllm_argv)
+        return ProcfsData(groups, processes, self._hidden, vllm_argv)
 
     def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
         """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""
@@ -273,3 +280,26 @@ class ProcfsCollector:
             del self._pss[pid]
         for pid in [pid for pid in self._api_argv if pid not in live]:
             del self._api_argv[pid]
+
+
+# --- the source ------------------------------------------------------------------------
+
+KEY: Key[ProcfsData] = Key("procfs")
+
+
+class ProcfsSource(SourceBase):
+    def __init__(self, settings: ProcfsSettings, paths: HostPaths) -> None:
+        self.collector = ProcfsCollector(paths, settings)
+
+    async def collect(self, ctx: Context) -> Result[ProcfsData]:
+        data = await in_thread(lambda: self.collector.collect(ctx.hierarchy, ctx.refs))
+        if not data.hidden:
+            return Result(data)
+        return Result(data, (
+            f"{data.hidden} processes of tracked cgroups are in another pid namespace "
+            "(cgroup.procs lists them as 0): run headroom with the host's pid namespace "
+            "(hostPID: true) and --path.procfs pointing at the host's /proc",))
+
+
+SPEC = SourceSpec(KEY, "memory of each process in the tracked cgroups (/proc/PID/status, "
+                  "smaps_rollup)", ProcfsSettings, ProcfsSource)

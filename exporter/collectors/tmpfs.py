@@ -18,8 +18,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.collectors import procfs
 from exporter.model import CgroupRef, TmpfsMount
 from exporter.paths import HostPaths, MemoryHierarchy, read_text
+from exporter.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+    partial,
+)
 
 SHM = "/dev/shm"
 EMPTY_DIR_MARK = "kubernetes.io~empty-dir"
@@ -81,22 +92,33 @@ def statvfs_usage(st: os.statvfs_result) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class TmpfsResult:
+class TmpfsData:
     mounts: Mapping[str, tuple[TmpfsMount, ...]]  # pod-level cgroup path -> mounts
-    errors: tuple[str, ...]
 
 
-class TmpfsCollector:
-    name = "tmpfs"
+KEY: Key[TmpfsData] = Key("tmpfs")
 
+
+def mount_owners(refs: Sequence[CgroupRef]) -> dict[str, list[CgroupRef]]:
+    """The cgroup the mounts are reported on (the pod-level cgroup, or a tracked cgroup)
+    -> the cgroups whose processes can show them."""
+    owners: dict[str, list[CgroupRef]] = {}
+    pod_level = {r.pod_uid: r.path for r in refs if r.is_pod_level}
+    for r in refs:
+        if r.pod_uid is None:
+            owners.setdefault(r.path, []).append(r)
+        elif r.container_id is not None and r.pod_uid in pod_level:
+            owners.setdefault(pod_level[r.pod_uid], []).append(r)
+    return owners
+
+
+class TmpfsSource(SourceBase):
     def __init__(
         self,
         paths: HostPaths,
-        hierarchy: MemoryHierarchy,
         statvfs: Callable[[Path], tuple[int, int]] | None = None,
     ) -> None:
         self._paths = paths
-        self._hierarchy = hierarchy
         self._statvfs = statvfs or (lambda p: statvfs_usage(os.statvfs(p)))
         self._mount_cache: dict[int, list[MountEntry]] = {}
 
@@ -122,11 +144,11 @@ class TmpfsCollector:
         except OSError:
             return set()  # no host mount table (no hostPID): /dev/shm only
 
-    def _first_pid(self, refs: Sequence[CgroupRef]) -> list[int]:
+    def _first_pid(self, h: MemoryHierarchy, refs: Sequence[CgroupRef]) -> list[int]:
         pids: list[int] = []
         for ref in refs:
             try:
-                text = read_text(self._hierarchy.file(ref.path, "cgroup.procs"))
+                text = read_text(h.file(ref.path, "cgroup.procs"))
             except FileNotFoundError:
                 continue
             pids.extend(int(x) for x in text.split() if x.isdigit() and x != "0")
@@ -134,14 +156,21 @@ class TmpfsCollector:
                 break
         return pids
 
-    def collect(
+    async def collect(self, ctx: Context) -> Result[TmpfsData]:
+        known = ctx.get(procfs.KEY)
+        pids = None
+        if known is not None:
+            pids = {path: [p.pid for p in procs] for path, procs in known.processes.items()}
+        return await in_thread(lambda: self.read(ctx.hierarchy, mount_owners(ctx.refs), pids))
+
+    def read(
         self,
+        h: MemoryHierarchy,
         owners: Mapping[str, Sequence[CgroupRef]],
         known_pids: Mapping[str, Sequence[int]] | None = None,
-    ) -> TmpfsResult:
-        """``owners``: the cgroup path the mounts are reported on (the pod-level cgroup, or
-        a tracked cgroup) -> the cgroups whose processes can show them. ``known_pids``
-        (cgroup path -> pids, from the procfs collector) saves reading cgroup.procs."""
+    ) -> Result[TmpfsData]:
+        """``known_pids`` (cgroup path -> pids, from the procfs source) saves reading
+        cgroup.procs."""
         empty_dirs = self._host_empty_dirs()
         if len(self._mount_cache) > 4 * len(owners) + 16:
             self._mount_cache.clear()  # namespaces of exited pods: keep it bounded
@@ -151,7 +180,7 @@ class TmpfsCollector:
             pids = None
             if known_pids is not None:
                 pids = [pid for r in refs for pid in known_pids.get(r.path, ())][:3]
-            for pid in pids or self._first_pid(refs):
+            for pid in pids or self._first_pid(h, refs):
                 try:
                     mounts = self._mounts(pid)
                     found = []
@@ -166,4 +195,8 @@ class TmpfsCollector:
                     break
                 result[owner] = tuple(found)
                 break
-        return TmpfsResult(result, tuple(errors))
+        return partial(TmpfsData(result), errors, "pods")
+
+
+SPEC = SourceSpec(KEY, "tmpfs mounts of each pod: /dev/shm and emptyDir medium Memory",
+                  NoSettings, lambda _settings, paths: TmpfsSource(paths))

@@ -34,7 +34,7 @@ import zmq
 import zmq.asyncio
 import zmq.utils.monitor
 
-from exporter.collectors.vllm import KvEventEndpoint
+from exporter.collectors.vllm.discovery import KvEventEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -692,7 +692,8 @@ class KvEventsHub:
         """(engine, medium) -> live blocks (exact ones) over all endpoints of that instance."""
         return dict(self.state(key).prefix_blocks)
 
-    def keys(self) -> list[str]:
+    def instances(self) -> list[str]:
+        """The vLLM instances followed."""
         return sorted(self._subs)
 
     async def close(self) -> None:

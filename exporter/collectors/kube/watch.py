@@ -18,17 +18,26 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
-from exporter.model import ContainerInfo, PodInfo
-
-if TYPE_CHECKING:
-    from exporter.config import Config
+from exporter.collectors.kube.parse import (
+    MAX_LINE_BYTES,
+    LineSplitter,
+    WatchEvent,
+    api_url_from_env,
+    as_list,
+    as_mapping,
+    as_str,
+    backoff_delay,
+    decode_watch_event,
+    normalize_uid,
+    parse_pod,
+)
+from exporter.model import PodInfo
 
 log = logging.getLogger("exporter.kube")
 
@@ -36,201 +45,8 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_TOKEN_PATH = SERVICE_ACCOUNT_DIR / "token"
 DEFAULT_CA_PATH = SERVICE_ACCOUNT_DIR / "ca.crt"
 
-# One watch line is one whole pod object; real ones are a few KiB to ~1 MiB (the
-# apiserver caps an object at ~1.5 MiB in etcd). Anything larger is not a pod we want.
-MAX_LINE_BYTES = 4 * 1024 * 1024
-
-# Big and useless for naming: not worth keeping in memory for every pod.
-_DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
-
-# Status lists that carry container IDs; ephemeral ones are `kubectl debug` containers.
-_STATUS_KEYS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
-
 SessionFactory = Callable[[], aiohttp.ClientSession]
 PathLike = str | os.PathLike[str]
-
-
-# --- pure helpers ----------------------------------------------------------------------
-
-
-def strip_container_id(container_id: str) -> str:
-    """``containerd://<hex>`` (or ``cri-o://``, ``docker://``) -> ``<hex>``.
-
-    The cgroup path carries the bare id, so that is what the join compares.
-    """
-    _, sep, rest = container_id.strip().partition("://")
-    return (rest if sep else container_id.strip()).lower()
-
-
-def normalize_uid(pod_uid: str) -> str:
-    """The API's UID form: systemd cgroup names write the dashes of a UID as ``_``."""
-    return pod_uid.strip().lower().replace("_", "-")
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _ports_by_container(spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    # initContainers too: native sidecars (restartPolicy: Always, e.g. istio-proxy) serve.
-    out: dict[str, tuple[int, ...]] = {}
-    for key in ("containers", "initContainers"):
-        for c in _list(spec.get(key)):
-            c = _mapping(c)
-            name = _str(c.get("name"))
-            ports: list[int] = []
-            for p in _list(c.get("ports")):
-                port = _mapping(p).get("containerPort")
-                # bool is an int in Python: exclude it explicitly.
-                if (
-                    isinstance(port, int)
-                    and not isinstance(port, bool)
-                    and 0 < port < 65536
-                    and port not in ports
-                ):
-                    ports.append(port)
-            if name:
-                out[name] = tuple(ports)
-    return out
-
-
-def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
-    """A v1 Pod object (from a LIST item or a watch event) -> PodInfo.
-
-    Tolerates any missing or null field; returns None only without a ``metadata.uid``.
-    Container statuses without a ``containerID`` (not created yet) are skipped.
-    """
-    meta = _mapping(obj.get("metadata"))
-    uid = _str(meta.get("uid"))
-    if not uid:
-        return None
-    spec = _mapping(obj.get("spec"))
-    status = _mapping(obj.get("status"))
-    ports = _ports_by_container(spec)
-    containers: list[ContainerInfo] = []
-    seen: set[str] = set()
-    for key in _STATUS_KEYS:
-        for st in _list(status.get(key)):
-            st = _mapping(st)
-            name = _str(st.get("name"))
-            cid = strip_container_id(_str(st.get("containerID")))
-            if not name or not cid or cid in seen:
-                continue
-            seen.add(cid)
-            containers.append(ContainerInfo(name=name, container_id=cid, ports=ports.get(name, ())))
-    annotations = {
-        k: v
-        for k, v in _mapping(meta.get("annotations")).items()
-        if isinstance(k, str) and isinstance(v, str) and k not in _DROPPED_ANNOTATIONS
-    }
-    return PodInfo(
-        uid=normalize_uid(uid),
-        namespace=_str(meta.get("namespace")),
-        name=_str(meta.get("name")),
-        containers=tuple(containers),
-        # Read-only view: PodInfo is shared with scrape threads.
-        annotations=MappingProxyType(annotations),
-        pod_ip=_str(status.get("podIP")),
-    )
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
-    object: Mapping[str, Any]
-
-
-def decode_watch_event(line: bytes | str) -> WatchEvent:
-    """One line of a watch stream -> WatchEvent. Raises ValueError on anything else."""
-    try:
-        doc = json.loads(line)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
-        raise ValueError(f"not JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"not a JSON object but {type(doc).__name__}")
-    etype, obj = doc.get("type"), doc.get("object")
-    if not isinstance(etype, str) or not isinstance(obj, dict):
-        raise ValueError("no 'type' string or no 'object' object")
-    return WatchEvent(etype, obj)
-
-
-class LineSplitter:
-    """Splits a byte stream into lines; lines over ``max_bytes`` are dropped and counted.
-
-    aiohttp's own readline() fails on long lines (and its limit is 128 KiB), and a
-    pod object can be larger than that; here one oversized line costs one event, not
-    the stream.
-    """
-
-    def __init__(self, max_bytes: int = MAX_LINE_BYTES) -> None:
-        self._max = max_bytes
-        self._buf = bytearray()
-        self._skipping = False  # inside an oversized line: drop bytes up to its newline
-        self.skipped = 0
-
-    def feed(self, data: bytes) -> list[bytes]:
-        out: list[bytes] = []
-        start = 0
-        while (nl := data.find(b"\n", start)) >= 0:
-            piece = data[start:nl]
-            if self._skipping:
-                self._skipping = False
-            elif len(self._buf) + len(piece) > self._max:
-                self.skipped += 1
-            else:
-                self._buf += piece
-                line = bytes(self._buf).strip()
-                if line:
-                    out.append(line)
-            self._buf.clear()
-            start = nl + 1
-        rest = data[start:]
-        if self._skipping:
-            pass
-        elif len(self._buf) + len(rest) > self._max:
-            self._skipping = True
-            self.skipped += 1
-            self._buf.clear()
-        else:
-            self._buf += rest
-        return out
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an unfinished line (a stream that ends here was cut mid-event)."""
-        return len(self._buf)
-
-
-def backoff_delay(
-    failures: int, initial: float, cap: float, jitter: float,
-    rand: Callable[[], float] = random.random,
-) -> float:
-    """Exponential backoff after ``failures`` consecutive failures (>= 1), capped.
-
-    Jitter only shortens the delay, so it never exceeds ``cap``, and a DaemonSet's
-    pods do not all retry in the same instant after an apiserver restart.
-    """
-    base = min(cap, initial * 2.0 ** max(0, failures - 1))
-    return max(0.0, base * (1.0 - jitter * rand()))
-
-
-def api_url_from_env(environ: Mapping[str, str]) -> str | None:
-    """The in-cluster API URL from ``KUBERNETES_SERVICE_HOST``/``_PORT``, or None."""
-    host = environ.get("KUBERNETES_SERVICE_HOST", "").strip()
-    port = environ.get("KUBERNETES_SERVICE_PORT", "").strip()
-    if not host or not port:
-        return None
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
-    return f"https://{host}:{port}"
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -358,7 +174,7 @@ class KubePodWatcher:
                     if session is None:
                         session = self._session_factory()
                     if need_list:
-                        await self._list(session, consistent=consistent)
+                        await self.as_list(session, consistent=consistent)
                         need_list = False
                         failures = 0
                     events = await self._watch(session)
@@ -424,10 +240,10 @@ class KubePodWatcher:
 
     def _on_node(self, obj: Mapping[str, Any]) -> bool:
         # The field selector already filters; this keeps memory bounded if it did not.
-        node = _str(_mapping(obj.get("spec")).get("nodeName"))
+        node = as_str(as_mapping(obj.get("spec")).get("nodeName"))
         return not node or node == self._node
 
-    async def _list(self, session: aiohttp.ClientSession, *, consistent: bool) -> None:
+    async def as_list(self, session: aiohttp.ClientSession, *, consistent: bool) -> None:
         pods: dict[str, PodInfo] = {}
         rv = cont = ""
         timeout = aiohttp.ClientTimeout(total=self._request_timeout)
@@ -453,15 +269,15 @@ class KubePodWatcher:
                 raise KubeApiError(f"LIST pods: the answer is not JSON ({e})") from None
             if not isinstance(doc, dict) or "items" not in doc:
                 raise KubeApiError("LIST pods: the answer is not a PodList")
-            items = _list(doc["items"])  # Go encodes an empty list as null
+            items = as_list(doc["items"])  # Go encodes an empty list as null
             for item in items:
                 if isinstance(item, dict) and self._on_node(item):
                     pod = parse_pod(item)
                     if pod is not None:
                         pods[pod.uid] = pod
-            meta = _mapping(doc.get("metadata"))
-            rv = _str(meta.get("resourceVersion")) or rv
-            cont = _str(meta.get("continue"))
+            meta = as_mapping(doc.get("metadata"))
+            rv = as_str(meta.get("resourceVersion")) or rv
+            cont = as_str(meta.get("continue"))
             if not cont:
                 break
         if not rv:
@@ -529,7 +345,7 @@ class KubePodWatcher:
 
     def _apply(self, event: WatchEvent) -> None:
         obj = event.object
-        rv = _str(_mapping(obj.get("metadata")).get("resourceVersion"))
+        rv = as_str(as_mapping(obj.get("metadata")).get("resourceVersion"))
         if event.type in ("ADDED", "MODIFIED", "DELETED"):
             pod = parse_pod(obj)
             if pod is not None:
@@ -541,7 +357,7 @@ class KubePodWatcher:
                 self._pods = MappingProxyType(pods)  # one reference swap: atomic for readers
         elif event.type == "ERROR":
             code = obj.get("code")
-            message = _str(obj.get("message")) or _str(obj.get("reason"))
+            message = as_str(obj.get("message")) or as_str(obj.get("reason"))
             if code == 410:
                 raise _Gone(message or "resource version too old")
             raise KubeApiError(f"WATCH pods: ERROR event {code}: {message}")
@@ -614,22 +430,3 @@ def in_cluster(
     return KubePodWatcher(
         url, token_path, ca, node_name, request_timeout, session_factory,
     )
-
-
-def watcher_from_config(config: Config) -> KubePodWatcher | None:
-    """The watcher ``headroom serve`` runs: ``--kubernetes.api-url`` or in-cluster.
-
-    An explicit URL (``kubectl proxy``, a test cluster) uses the service account token
-    and CA when they exist, and no token otherwise.
-    """
-    if not config.kubernetes_api_url:
-        return in_cluster(config.node_name)
-    if not config.node_name:
-        log.warning(
-            "kubernetes API: --kubernetes.api-url is set but the node name is unknown "
-            "(--kubernetes.node-name or NODE_NAME); pods keep UIDs"
-        )
-        return None
-    token = DEFAULT_TOKEN_PATH if DEFAULT_TOKEN_PATH.is_file() else None
-    ca = DEFAULT_CA_PATH if DEFAULT_CA_PATH.is_file() else None
-    return KubePodWatcher(config.kubernetes_api_url, token, ca, config.node_name)

@@ -1,0 +1,84 @@
+"""Which cgroups to track on this scrape: every pod and container under the kubepods
+cgroup, the ``--cgroup.track`` ones, and the cgroups of vLLM processes found on the host
+outside Kubernetes (by command line, rescanned every ``HOST_SCAN_INTERVAL``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.collectors.procfs import is_vllm_process, split_cmdline
+from exporter.model import CgroupRef
+from exporter.paths import CgroupLayoutError, HostPaths, MemoryHierarchy, self_memory_cgroup
+from exporter.workloads import dedupe, find_kubepods, tracked_refs, walk_kubepods
+
+log = logging.getLogger(__name__)
+
+HOST_SCAN_INTERVAL = 30.0  # seconds between scans of /proc for vLLM command lines
+
+
+@dataclass(frozen=True)
+class Discovered:
+    hierarchy: MemoryHierarchy
+    refs: tuple[CgroupRef, ...]
+
+
+def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
+    """vLLM processes on the host by command line -> their memory cgroups."""
+    found: dict[str, list[int]] = {}
+    try:
+        entries = [e for e in paths.procfs.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            argv = split_cmdline((entry / "cmdline").read_bytes())
+            if not is_vllm_process(argv):
+                continue
+            cgroup = self_memory_cgroup(paths.procfs, entry.name)
+        except (OSError, CgroupLayoutError):
+            continue  # exited, or a kernel thread
+        found.setdefault(cgroup, []).append(int(entry.name))
+    return found
+
+
+class Discovery:
+    """Blocking (it walks cgroupfs): called from a worker thread, one at a time."""
+
+    def __init__(self, paths: HostPaths, kubepods_path: str | None, track: tuple[str, ...],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._paths = paths
+        self._kubepods = kubepods_path
+        self._track = track
+        self._clock = clock
+        self._hierarchy: MemoryHierarchy | None = None
+        self._host_scan_at = -1e18
+        self._host_vllm: dict[str, list[int]] = {}
+
+    def hierarchy(self) -> MemoryHierarchy:
+        """Detected once; until then every scrape tries again (CgroupLayoutError)."""
+        if self._hierarchy is None:
+            h = self._paths.detect_memory_hierarchy()
+            log.info("memory cgroup controller: v%d at %s", h.version, h.root)
+            self._hierarchy = h
+        return self._hierarchy
+
+    def discover(self) -> Discovered:
+        h = self.hierarchy()
+        kubepods = self._kubepods if self._kubepods is not None else find_kubepods(h)
+        refs: list[CgroupRef] = []
+        if kubepods is not None:
+            kubepods = kubepods.strip("/")
+            if not h.dir(kubepods).is_dir():
+                raise FileNotFoundError(f"kubepods cgroup {h.dir(kubepods)} does not exist")
+            refs.extend(walk_kubepods(h, kubepods))
+        now = self._clock()
+        if now - self._host_scan_at >= HOST_SCAN_INTERVAL:
+            self._host_scan_at = now
+            self._host_vllm = scan_vllm_processes(self._paths)
+        outside = [cg for cg in self._host_vllm
+                   if kubepods is None or not (cg + "/").startswith(kubepods + "/")]
+        refs.extend(tracked_refs([*self._track, *outside]))
+        return Discovered(h, tuple(dedupe(refs)))

@@ -1,0 +1,93 @@
+"""Wires the OOM watcher, the flight recorder, the kernel log and the document store to
+the sampler thread (``on_sample``) and to each scrape (``observe``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.collectors.kmsg import KmsgReader
+from exporter.join import Snapshot, VllmView
+from exporter.model import ProcessStatus, Workload
+from exporter.oom.documents import DocumentStore, kill_document
+from exporter.oom.recorder import EngineRecord, FlightRecorder, ScrapeRecord
+from exporter.oom.watcher import CgroupLabels, OomKill, OomWatcher, ProcessEntry
+
+TOP_PROCESSES = 5  # process names kept per scrape record
+
+
+def scrape_records(snapshot: Snapshot) -> list[ScrapeRecord]:
+    """The flight recorder's view of one scrape: each cgroup with memory figures."""
+    engines: dict[Workload, list[EngineRecord]] = {}
+    for v in snapshot.vllm:
+        engines.setdefault(v.workload, []).extend(_engines(v))
+    out = []
+    for ws in snapshot.workloads:
+        m = ws.memory
+        if m is None:
+            continue
+        top = sorted(ws.processes, key=lambda g: -(g.rss_anon + g.rss_shmem))[:TOP_PROCESSES]
+        out.append(ScrapeRecord(
+            cgroup=ws.ref.path, usage=m.usage, limit=m.limit, unreclaimable=m.unreclaimable,
+            working_set=m.working_set, kinds=m.kinds, events=m.events,
+            processes=tuple(top), tmpfs=ws.tmpfs, vllm=tuple(engines.get(ws.workload, ())),
+        ))
+    return out
+
+
+def _engines(v: VllmView) -> list[EngineRecord]:
+    if v.stats is None:
+        return []
+    return [EngineRecord(e.model_name, e.engine, e.usage_ratio, e.requests)
+            for e in v.stats.engines]
+
+
+class PostMortem:
+    def __init__(self, watcher: OomWatcher, recorder: FlightRecorder, store: DocumentStore,
+                 kmsg: KmsgReader | None = None) -> None:
+        self.watcher = watcher
+        self.recorder = recorder
+        self.store = store
+        self.kmsg = kmsg
+
+    # On the sampler thread.
+    def on_sample(self, usage: Mapping[str, int], counters: Mapping[str, int]) -> None:
+        self.recorder.record_usage(usage)
+        victims = self.kmsg.read_victims() if self.kmsg is not None else []
+        for k in self.watcher.check(counters, victims):
+            self._publish(k)
+
+    # On the event loop, after every scrape.
+    def observe(self, snapshot: Snapshot, processes: Mapping[str, Sequence[ProcessStatus]],
+                live: Sequence[str]) -> None:
+        """``live``: every tracked cgroup path this scrape (what is not is forgotten)."""
+        pod_of = snapshot.pod_of()
+        labels = {ws.ref.path: CgroupLabels(ws.workload, pod_of.get(ws.ref.path, ws.workload))
+                  for ws in snapshot.workloads}
+        table = {path: [ProcessEntry(p.pid, p.name, p.rss) for p in procs]
+                 for path, procs in processes.items()}
+        self.watcher.observe(labels, table)
+        self.watcher.forget(live)
+        self.recorder.record_scrape(scrape_records(snapshot), live)
+
+    def counts(self) -> dict[tuple[Workload, str], int]:
+        return dict(self.watcher.counts)
+
+    def _publish(self, k: OomKill) -> None:
+        pod_path = next((p for p, lb in self.watcher.labels.items()
+                         if lb.workload == k.pod_workload and p != k.cgroup), None)
+        pod_level: dict[str, Any] | None = None
+        if pod_path is not None:
+            pod_level = {"cgroup": "/" + pod_path, **self.recorder.history(pod_path)}
+        self.store.publish(k, kill_document(k, self.recorder.window,
+                                            self.recorder.history(k.cgroup), pod_level))
+
+    def list_documents(self) -> list[str]:
+        return self.store.names()
+
+    def get_document(self, name: str) -> dict[str, Any] | None:
+        return self.store.get(name)
+
+    def close(self) -> None:
+        if self.kmsg is not None:
+            self.kmsg.close()

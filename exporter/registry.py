@@ -1,0 +1,30 @@
+"""The one registry of sources, in scrape order (node_exporter's registerCollector).
+
+Each entry yields its ``--collector.<name>`` flag, its settings' flags with their
+``HEADROOM_*`` twins, its place in the scrape, and its chart value and schema entry
+(``headroom generate`` writes those). A new source is one module with a ``SPEC`` and one
+line here.
+"""
+
+from __future__ import annotations
+
+from exporter.collectors import cgroup, nvml, procfs, tmpfs
+from exporter.collectors.kube import source as kubernetes
+from exporter.collectors.vllm import source as vllm
+from exporter.source import Registered
+
+# Order matters: tmpfs and vLLM read procfs's process table; the join reads them all.
+SOURCES: tuple[Registered, ...] = (
+    cgroup.SPEC,
+    procfs.SPEC,
+    tmpfs.SPEC,
+    nvml.SPEC,
+    vllm.SPEC,
+    kubernetes.SPEC,
+)
+
+NAMES: tuple[str, ...] = tuple(s.name for s in SOURCES)
+
+
+def spec(name: str) -> Registered:
+    return next(s for s in SOURCES if s.name == name)
