@@ -54,6 +54,8 @@ class VllmView:
     workload: Workload
     stats: VllmStats | None  # None: its /metrics could not be read
     prefix_blocks: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    kv_synced: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+    kv_lost: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,9 +158,9 @@ def join_vllm(data: vllm.VllmData | None,
     out = []
     for r in data.readings if data is not None else ():
         t = r.target
-        w = workloads.get(t.cgroup) if t.cgroup else Workload("", _hostport(t.url), "")
+        w = workloads.get(t.cgroup) if t.cgroup else Workload("", _hostport(t.shown), "")
         if w is not None:
-            out.append(VllmView(w, r.stats, r.prefix_blocks))
+            out.append(VllmView(w, r.stats, r.prefix_blocks, r.kv_synced, r.kv_lost))
     return tuple(out)
 
 

@@ -26,7 +26,7 @@ from exporter.collectors.sockets import (
     parse_listening,
     socket_inode,
 )
-from exporter.collectors.vllm_locate import (
+from exporter.collectors.vllm.locate import (
     Candidate,
     annotation_ports,
     candidates,

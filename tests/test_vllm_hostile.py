@@ -145,6 +145,8 @@ def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
         finally:
             proc.kill()
             proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
     assert http.accepted == [] and kv.accepted == [], (
         f"the exporter connected to an address taken from a command line: "
         f"{len(http.accepted)} to the --port, {len(kv.accepted)} to the KV-event port\n{log}")

@@ -17,23 +17,27 @@ from aiohttp import web
 from exporter.collectors.procfs import split_cmdline
 from exporter.collectors.vllm.discovery import (
     KvEventEndpoint,
+    _path_and_scheme,
+    allowed_endpoints,
     base_url,
     connect_form,
     fetch_kv_event_sources,
     kv_event_endpoints_from_argv,
-    metrics_url_for_pod,
-    metrics_url_from_argv,
     offset_endpoint,
     parse_kv_event_sources,
 )
 from exporter.collectors.vllm.metrics import (
     CPU,
     GPU,
+    MAX_ENGINES,
+    MAX_LABEL_CHARS,
     VllmBodyTooLarge,
     VllmParseError,
     VllmScrapeError,
     VllmStats,
+    bounded_label,
     parse_vllm_metrics,
+    redact_url,
     scrape_vllm,
 )
 
@@ -308,37 +312,40 @@ async def test_fetch_kv_event_sources(server: str) -> None:
 # --- discovery -----------------------------------------------------------------------
 
 
-def test_pod_url_from_annotations() -> None:
-    ann = {"prometheus.io/port": "9000", "prometheus.io/path": "vllm/metrics",
-           "prometheus.io/scheme": "https"}
-    assert metrics_url_for_pod("10.0.0.7", ann, [8000]) == "https://10.0.0.7:9000/vllm/metrics"
-
-
-def test_pod_url_from_container_ports_and_argv() -> None:
-    assert metrics_url_for_pod("10.0.0.7", {}, [5557, 8000]) == "http://10.0.0.7:8000/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {}, [9100]) == "http://10.0.0.7:9100/metrics"
-    argv = ["vllm", "serve", "m", "--port", "8080"]
-    assert metrics_url_for_pod("10.0.0.7", {}, [5557, 8080], argv).endswith(":8080/metrics")
-    assert metrics_url_for_pod("10.0.0.7", {}, [], argv) == "http://10.0.0.7:8080/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {}) == "http://10.0.0.7:8000/metrics"
-    assert metrics_url_for_pod("fd00::7", {}) == "http://[fd00::7]:8000/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {"prometheus.io/port": "junk"}, [8001]).endswith(
-        ":8001/metrics")
-
-
-@pytest.mark.parametrize(("argv", "url"), [
-    (["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "m", "--port", "8001"],
-     "http://127.0.0.1:8001/metrics"),
-    (["vllm", "serve", "m", "--host=10.1.1.1", "--port=9000"], "http://10.1.1.1:9000/metrics"),
-    (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--host", "0.0.0.0"],
-     "http://127.0.0.1:8000/metrics"),
-    (["python", "-m", "vllm.entrypoints.cli.main", "serve", "m", "--host", "::1"],
-     "http://[::1]:8000/metrics"),
-    (["python", "train.py", "--port", "8000"], None),
-    (["VLLM::EngineCore"], None),
+@pytest.mark.parametrize(("annotations", "expected"), [
+    ({"prometheus.io/path": "/vllm/metrics", "prometheus.io/scheme": "https"},
+     ("/vllm/metrics", "https")),
+    ({"prometheus.io/path": "vllm/metrics"}, ("/metrics", "http")),  # not a path
+    ({"prometheus.io/path": "/m?x=@evil"}, ("/metrics", "http")),
+    ({"prometheus.io/scheme": "gopher"}, ("/metrics", "http")),
+    ({}, ("/metrics", "http")),
 ])
-def test_host_url_from_argv(argv: list[str], url: str | None) -> None:
-    assert metrics_url_from_argv(argv) == url
+def test_path_and_scheme_from_annotations(annotations: dict[str, str],
+                                          expected: tuple[str, str]) -> None:
+    """Only a path and a scheme on the vLLM's own port: the annotation cannot move it."""
+    assert _path_and_scheme(annotations) == expected
+
+
+def test_kv_endpoints_only_on_ports_the_vllm_listens_on() -> None:
+    """F10: a vLLM's own answer (/kv_event_sources) cannot send us to another port."""
+    eps = (KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
+           KvEventEndpoint(1, "tcp://10.0.0.7:22", None),
+           KvEventEndpoint(2, "tcp://10.0.0.7:5559", "tcp://10.0.0.7:10250"))
+    assert allowed_endpoints(eps, frozenset({8000, 5557, 5558, 5559})) == (
+        KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
+        KvEventEndpoint(2, "tcp://10.0.0.7:5559", None))
+    assert allowed_endpoints(eps, None) == eps  # an explicit endpoint: the operator's word
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://u:p@10.0.0.7:8000/metrics", "http://10.0.0.7:8000/metrics"),
+    ("https://tok@vllm.example:443/metrics?token=abc#x", "https://vllm.example:443/metrics"),
+    ("http://10.0.0.7:8000/metrics", "http://10.0.0.7:8000/metrics"),
+    ("http://a:b@[fd00::1]:8000", "http://[fd00::1]:8000"),
+    ("10.0.0.7:8000/metrics", "10.0.0.7:8000/metrics"),
+])
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
 
 
 def test_split_cmdline() -> None:
@@ -386,3 +393,16 @@ def test_kv_event_endpoints_from_argv_before_0_32() -> None:
     )
     assert kv_event_endpoints_from_argv(["vllm", "serve", "m"], "h") == ()
     assert kv_event_endpoints_from_argv(["vllm", "--kv-events-config", "{bad"], "h") == ()
+
+
+def test_f11_model_names_and_engines_bounded_in_the_parser() -> None:
+    """A body with thousands of (long) model names and engines: at most MAX_ENGINES
+    engines kept, every label value cut to MAX_LABEL_CHARS, the rest counted."""
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    lines += [f'vllm:num_requests_running{{engine="{i}",model_name="{"m" * 500}{i}"}} 1'
+              for i in range(3000)]
+    s = parse_vllm_metrics("\n".join(lines) + "\n")
+    assert len(s.engines) == MAX_ENGINES and s.dropped > 2900
+    assert all(len(e.model_name) <= MAX_LABEL_CHARS and e.model_name.endswith("...(cut)")
+               for e in s.engines)
+    assert bounded_label("short") == "short"

@@ -692,6 +692,10 @@ class KvEventsHub:
         """(engine, medium) -> live blocks (exact ones) over all endpoints of that instance."""
         return dict(self.state(key).prefix_blocks)
 
+    def endpoints(self, key: str) -> list[KvEventEndpoint]:
+        """The endpoints followed for that instance."""
+        return sorted(self._subs.get(key, {}), key=lambda e: e.dp_rank)
+
     def instances(self) -> list[str]:
         """The vLLM instances followed."""
         return sorted(self._subs)
