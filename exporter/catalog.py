@@ -89,6 +89,12 @@ TMPFS_USED_BYTES = MetricSpec(
     "Bytes used on a tmpfs mount of the pod (/dev/shm, emptyDir medium Memory); they are "
     "shmem, charged to the pod's memory and never reclaimed without swap.",
 )
+TMPFS_ORPHANED_BYTES = MetricSpec(
+    "headroom_tmpfs_orphaned_bytes", "gauge", (*W, "mount"),
+    "Bytes of files on a tmpfs mount of the pod (/dev/shm, emptyDir medium Memory) that "
+    "no live process of the pod has open or mapped: left by a killed process, charged to "
+    "the pod until removed.",
+)
 TMPFS_SIZE_BYTES = MetricSpec(
     "headroom_tmpfs_size_bytes", "gauge", (*W, "mount"),
     "Size of a tmpfs mount of the pod (its sizeLimit, or the tmpfs default).",

@@ -51,12 +51,15 @@ def memory_families(snapshot: Snapshot) -> list[Family]:
 
 def tmpfs_families(snapshot: Snapshot) -> list[Family]:
     used, size = Family(c.TMPFS_USED_BYTES), Family(c.TMPFS_SIZE_BYTES)
+    orphaned = Family(c.TMPFS_ORPHANED_BYTES)
     for ws in snapshot.workloads:
-        w = _w(ws) if ws.tmpfs else ""
+        w = _w(ws) if ws.tmpfs or ws.tmpfs_orphaned else ""
         for t in ws.tmpfs:
             used.add_to(w, t.used, t.mount)
             size.add_to(w, t.size, t.mount)
-    return [used, size]
+        for mount, n in sorted(ws.tmpfs_orphaned.items()):
+            orphaned.add_to(w, n, mount)
+    return [used, size, orphaned]
 
 
 def process_families(snapshot: Snapshot) -> list[Family]:

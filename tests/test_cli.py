@@ -36,7 +36,8 @@ def test_defaults() -> None:
     assert c.web.listen == ("", 9847)
     assert c.sampler.interval == 0.2 and c.sampler.window == 30.0
     assert c.settings(ProcfsSettings).pss_max_rss == 2 << 30
-    assert c.collectors == {"cgroup", "procfs", "tmpfs", "nvml", "vllm", "kubernetes"}
+    assert c.collectors == {"cgroup", "procfs", "tmpfs", "tmpfs_orphans", "nvml", "vllm",
+                            "kubernetes"}
 
 
 def test_env_twins_and_flags_win() -> None:

@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -26,6 +27,7 @@ from exporter.collectors.tmpfs_orphans import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procnet"
+T = TypeVar("T")
 
 
 def test_maps_capture() -> None:
@@ -106,10 +108,14 @@ def _can_unshare() -> bool:
 
 
 class Pod:
-    def __init__(self) -> None:
+    """A sandbox process with its own mount namespace and /dev/shm; with ``cgroup_procs``,
+    it and every process run in it are charged to that (container) cgroup."""
+
+    def __init__(self, cgroup_procs: Path | None = None) -> None:
+        self.cgroup_procs = cgroup_procs
         self.sandbox = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", SANDBOX],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, preexec_fn=self._enter)
         assert self.sandbox.stdout is not None
         assert self.sandbox.stdout.readline().strip() == "ready"
         self.pid = self._sleep_pid()
@@ -124,10 +130,15 @@ class Pod:
             time.sleep(0.02)
         raise AssertionError("sandbox did not start")
 
+    def _enter(self) -> None:
+        if self.cgroup_procs is not None:  # in the child, before exec
+            self.cgroup_procs.write_text(str(os.getpid()))
+
     def run(self, code: str, *args: str) -> subprocess.Popen[str]:
-        """A process of the pod: joins the sandbox's mount namespace."""
+        """A process of the pod: joins the sandbox's mount namespace (and cgroup)."""
         p = subprocess.Popen(["nsenter", "-t", str(self.pid), "-m", sys.executable, "-c",
-                              code, *args], stdout=subprocess.PIPE, text=True)
+                              code, *args], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=self._enter)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         self.children.append(p)
         return p
@@ -199,3 +210,65 @@ def test_no_shm_no_cost(pod: Pod, monkeypatch: pytest.MonkeyPatch) -> None:
     assert o.bytes == 0 and looked == []
 
 
+
+
+# --- through a real headroom serve, on a kube-shaped cgroup -----------------------------
+
+
+def test_orphaned_bytes_through_the_exporter(tmp_path: Path) -> None:
+    """A pod (its own /dev/shm, its processes in a container cgroup) whose process is
+    SIGKILLed while it maps vLLM's offload region: the exporter shows the left file as
+    orphaned bytes on the pod, and 0 once the file is removed; the scan's cost is the
+    collector's duration."""
+    if not _can_unshare():
+        pytest.skip("needs root, unshare and nsenter to give the pod its own /dev/shm")
+    from tests.kernel import KernelUnavailable, kube_tree, own_v1_memory_cgroup
+    from tests.test_vllm_hostile import exporter
+
+    try:
+        own_v1_memory_cgroup()
+    except KernelUnavailable as exc:
+        pytest.skip(f"kernel tier unavailable: {exc}")
+
+    size = 16 << 20
+    with kube_tree() as tree:
+        uid, pod_rel = tree.pod("burstable", limit=1 << 30)
+        _, ctr_rel = tree.container(pod_rel)
+        procs = tree.hierarchy.dir(ctr_rel) / "cgroup.procs"
+        pod = Pod(procs)
+        try:
+            mapper = pod.run(MAPPER, "/dev/shm/vllm_offload_0.mmap", str(size),
+                             "/dev/shm/held.bin")
+            with exporter(tmp_path, "--cgroup.kubepods-path", tree.kubepods,
+                          "--no-collector.vllm") as ex:
+                def orphaned() -> tuple[float | None, float | None, float | None]:
+                    samples = ex.samples()
+                    pick = {(n, lab.get("pod"), lab.get("collector")): v
+                            for n, lab, v in samples}
+                    return (pick.get(("headroom_tmpfs_orphaned_bytes", uid, None)),
+                            pick.get(("headroom_tmpfs_used_bytes", uid, None)),
+                            pick.get(("headroom_collector_duration_seconds", None,
+                                      "tmpfs_orphans")))
+
+                held, used, _ = orphaned()
+                assert held == 0 and used is not None and used >= size, (held, used)
+                os.kill(mapper.pid, signal.SIGKILL)
+                mapper.wait(10)
+                left = wait_for(orphaned, lambda o: o[0] == size + 65536)
+                os.unlink(f"{pod.root}/vllm_offload_0.mmap")
+                os.unlink(f"{pod.root}/held.bin")
+                gone = wait_for(orphaned, lambda o: o[0] == 0)
+            print(f"\norphaned bytes after SIGKILL: {left[0]:.0f} (scan {left[2]:.4f} s); "
+                  f"after removal: {gone[0]:.0f} (scan {gone[2]:.4f} s)")
+        finally:
+            pod.close()
+
+
+def wait_for(read: Callable[[], T], ok: Callable[[T], bool], timeout: float = 20.0) -> T:
+    end = time.monotonic() + timeout
+    while True:
+        value = read()
+        if ok(value) or time.monotonic() > end:
+            assert ok(value), value
+            return value
+        time.sleep(0.3)

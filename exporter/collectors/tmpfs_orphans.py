@@ -29,9 +29,17 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+
+from exporter.collectors import procfs, tmpfs
+from exporter.model import CgroupRef
+from exporter.paths import HostPaths
+from exporter.settings import Settings, parse_duration, positive, setting
+from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread, partial
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
 
@@ -179,3 +187,150 @@ def scan_pod(mounts: Mapping[str, str], pids: Sequence[int], reader: ProcReader,
     wanted = {f.fid for lst in listings.values() for f in lst.files}
     held = held_ids(pids, wanted, reader) if wanted else set()
     return [orphans(mp, lst, held) for mp, lst in sorted(listings.items())]
+
+
+# --- the source -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TmpfsOrphansSettings(Settings):
+    interval: float = setting(
+        "--tmpfs.orphans-interval", "60s", parse_duration,
+        "how often a pod's tmpfs files are checked against its processes' open files and "
+        "mappings (sooner when the mount's used bytes change)", check=positive)
+    # processes whose descriptors and mappings one scrape may read: the rest of the due
+    # pods wait for the next scrape, keeping their last figure (not a flag)
+    budget: int = 512
+
+
+@dataclass(frozen=True)
+class TmpfsOrphansData:
+    # pod-level cgroup path (or tracked cgroup) -> mount point -> orphaned bytes
+    orphans: Mapping[str, Mapping[str, int]]
+
+
+KEY: Key[TmpfsOrphansData] = Key("tmpfs_orphans")
+
+
+@dataclass
+class _Scan:
+    at: float
+    used: tuple[tuple[str, int], ...]  # the mounts' used bytes then (a change: scan again)
+    pids: tuple[int, ...]  # the pod's processes then (one gone: its files may be orphans)
+    result: tuple[Orphans, ...]
+
+
+class TmpfsOrphansSource(SourceBase):
+    """Per pod: files of its memory-backed tmpfs that none of its live processes holds.
+
+    Runs after procfs (the pod's pids) and tmpfs (its mounts and their used bytes): a pod
+    whose mounts are empty costs nothing; the others are rescanned when a mount's used
+    bytes change, when one of the pod's processes is gone (what it held may now be
+    orphaned) or ``interval`` has passed. A pod sharing the host's IPC namespace
+    (hostIPC: the host's /dev/shm) is not looked at: its files are everyone's.
+    """
+
+    def __init__(self, settings: TmpfsOrphansSettings, paths: HostPaths,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._paths = paths
+        self._clock = clock
+        self._reader = ProcReader(procfs=str(paths.procfs))
+        self._scans: dict[str, _Scan] = {}
+
+    async def collect(self, ctx: Context) -> Result[TmpfsOrphansData]:
+        pf, tf = ctx.get(procfs.KEY), ctx.get(tmpfs.KEY)
+        if pf is None or tf is None:
+            return Result(None)
+        return await in_thread(lambda: self.read(ctx.refs, pf, tf))
+
+    def read(self, refs: Sequence[CgroupRef], pf: procfs.ProcfsData,
+             tf: tmpfs.TmpfsData) -> Result[TmpfsOrphansData]:
+        now = self._clock()
+        out: dict[str, dict[str, int]] = {}
+        errors: list[str] = []
+        found: list[_Pod] = []
+        for owner, members in tmpfs.mount_owners(refs).items():
+            mounts = tf.mounts.get(owner, ())
+            pids = [p.pid for r in members for p in pf.processes.get(r.path, ())]
+            if not pids or not any(m.used for m in mounts):
+                self._scans.pop(owner, None)
+                if mounts:
+                    out[owner] = {m.mount: 0 for m in mounts}
+                continue
+            pod = self._locate(owner, pids, {m.mount: m.used for m in mounts})
+            if pod is not None:
+                found.append(pod)
+        # A tmpfs seen by more than one pod (hostIPC pods, a host without mount
+        # namespaces) or the host's own /dev/shm is nobody's to judge: left out.
+        owners_of = Counter(dev for pod in found for dev in set(pod.devs.values()))
+        host = self._host_shm_dev()
+        due: list[tuple[int, float, _Pod]] = []
+        for pod in found:
+            pod.mounts = {mp: dev for mp, dev in pod.devs.items()
+                          if owners_of[dev] == 1 and dev != host}
+            if not pod.mounts:
+                self._scans.pop(pod.owner, None)
+                continue
+            scan = self._scans.get(pod.owner)
+            if scan is None or scan.used != pod.used or scan.pids != pod.pid_set:
+                due.append((0, 0.0, pod))  # what changed first
+            elif now - scan.at >= self._settings.interval:
+                due.append((1, scan.at, pod))  # then the stalest
+            if scan is not None:
+                out[pod.owner] = {o.mount: o.bytes for o in scan.result}
+        budget = self._settings.budget
+        for _, _, pod in sorted(due, key=lambda d: d[:2]):
+            if budget <= 0:
+                break  # the next scrape goes on from here
+            budget -= len(pod.pids)
+            targets = {mp: f"{pod.root}{mp}" for mp in pod.mounts}
+            try:
+                result = scan_pod(targets, pod.pids, self._reader, walk)
+            except PermissionError as exc:
+                errors.append(f"{pod.owner}: {exc}")
+                continue
+            self._scans[pod.owner] = _Scan(now, pod.used, pod.pid_set, tuple(result))
+            out[pod.owner] = {o.mount: o.bytes for o in result}
+            errors += [f"{pod.owner}: {o.mount} has more files than looked at"
+                       for o in result if not o.complete]
+        for gone in set(self._scans) - set(out):
+            del self._scans[gone]
+        return partial(TmpfsOrphansData(out), errors, "pods")
+
+    def _host_shm_dev(self) -> int | None:
+        try:
+            return os.stat(f"{self._paths.procfs}/1/root/dev/shm").st_dev
+        except OSError:
+            return None
+
+    def _locate(self, owner: str, pids: list[int], used: Mapping[str, int]) -> _Pod | None:
+        """The pod's mounts as one of its first live processes sees them (its mount
+        namespace); None when none of them is alive any more."""
+        for pid in pids[:3]:
+            root = f"{self._paths.procfs}/{pid}/root"
+            try:
+                devs = {mp: os.stat(f"{root}{mp}").st_dev for mp in used}
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue  # exited (or not ours to look into): the next one
+            return _Pod(owner, pids, root, devs, tuple(sorted(used.items())))
+        return None
+
+
+@dataclass
+class _Pod:
+    owner: str
+    pids: list[int]
+    root: str  # /proc/<pid>/root of the process its mounts are looked at through
+    devs: dict[str, int]  # mount point -> st_dev
+    used: tuple[tuple[str, int], ...]
+    mounts: dict[str, int] = field(default_factory=dict)  # the ones to scan
+
+    @property
+    def pid_set(self) -> tuple[int, ...]:
+        return tuple(sorted(self.pids))
+
+
+SPEC = SourceSpec(KEY, "tmpfs files of each pod that no live process of the pod holds "
+                  "(stale /dev/shm)", TmpfsOrphansSettings,
+                  lambda settings, paths: TmpfsOrphansSource(settings, paths))

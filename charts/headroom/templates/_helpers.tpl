@@ -112,7 +112,7 @@ Arguments of `headroom serve`, as a YAML list (toYaml quotes what needs quoting)
 {{- if .Values.kmsg.enabled }}
 {{- $args = append $args (printf "--path.kmsg=%s" (include "headroom.kmsgMount" .)) }}
 {{- end }}
-{{- range $name := list "cgroup" "procfs" "tmpfs" "nvml" "vllm" }}
+{{- range $name := list "cgroup" "procfs" "tmpfs" "tmpfs_orphans" "nvml" "vllm" }}
 {{- $args = append $args (printf "--%scollector.%s" (ternary "" "no-" (index $e.collectors $name)) $name) }}
 {{- end }}
 {{- if .Values.kubernetes.enabled }}
