@@ -1,4 +1,5 @@
-"""The ``headroom`` command: ``serve`` and ``generate``."""
+"""The ``headroom`` command: ``serve``, ``generate``, and the on-call tools ``explain`` and
+``top`` (``exporter/oncall/``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from exporter import __version__, factory
 from exporter.config import Config, ConfigError, add_flags, build_config
+from exporter.oncall import explain, top
 from exporter.server import make_app
 
 log = logging.getLogger("exporter")
@@ -73,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--check", action="store_true",
                      help="fail (exit 1) when a committed generated file is stale")
     gen.add_argument("--root", default=".", help="repository root (default: .)")
+    ex = sub.add_parser("explain", help="why is this pod close to an OOM kill (from Prometheus)",
+                        description="A diagnosis of one pod from Prometheus. Exit codes: 0 "
+                        "healthy, 1 at risk, 2 bad usage, 3 no data.")
+    explain.add_arguments(ex)
+    tp = sub.add_parser("top", help="a live terminal view of this node's pods",
+                        description="A live view of this node from the local exporter.")
+    top.add_arguments(tp)
     return parser
 
 
@@ -114,6 +123,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         from exporter.generate import run_generate
 
         return int(run_generate(args.root, check=args.check))
+    if args.command in ("explain", "top"):
+        if unknown:
+            print(f"headroom {args.command}: unknown arguments: {' '.join(unknown)}",
+                  file=sys.stderr)
+            return USAGE_ERROR
+        return explain.run(args) if args.command == "explain" else top.run(args)
     problems = [f"unknown flag {u}" for u in unknown]
     config: Config | None = None
     try:

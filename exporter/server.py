@@ -1,4 +1,4 @@
-"""The aiohttp application: /metrics, /healthz and a landing page."""
+"""The aiohttp application: /metrics, /healthz, /debug/oom/ and a landing page."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from aiohttp import web
 from exporter import __version__
 from exporter.encode import encode
 from exporter.factory import Exporter
+from exporter.oncall.postmortem_page import render_document, render_index, wants_html
 from exporter.render import render
 
 log = logging.getLogger(__name__)
@@ -47,16 +48,42 @@ async def metrics(request: web.Request) -> web.Response:
     return resp
 
 
+# The post-mortem pages draw hostile strings (process and pod names), escaped; this policy
+# is the second wall: nothing may run or load, whatever got through.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _html(request: web.Request) -> bool:
+    return wants_html(request.headers.get("Accept"), request.query.get("format"))
+
+
 async def oom_index(request: web.Request) -> web.Response:
-    names = request.app[EXPORTER_KEY].postmortem.list_documents()
-    return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
+    """HTML to browsers, JSON to scripts (``Accept: application/json``, ``?format=json``)."""
+    pm = request.app[EXPORTER_KEY].postmortem
+    names = pm.list_documents()
+    if not _html(request):
+        return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
+    # Documents may be read from disk: off the event loop.
+    page = await asyncio.to_thread(
+        lambda: render_index([(n, pm.get_document(n)) for n in names]))
+    return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
 
 
 async def oom_document(request: web.Request) -> web.Response:
-    doc = request.app[EXPORTER_KEY].postmortem.get_document(request.match_info["name"])
+    name = request.match_info["name"]
+    pm = request.app[EXPORTER_KEY].postmortem
+    doc = await asyncio.to_thread(pm.get_document, name)
     if doc is None:
         raise web.HTTPNotFound(text="no such OOM document\n")
-    return web.json_response(doc)
+    if not _html(request):
+        return web.json_response(doc)
+    page = await asyncio.to_thread(render_document, name, doc)
+    return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
 
 
 async def healthz(request: web.Request) -> web.Response:

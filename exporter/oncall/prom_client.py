@@ -1,0 +1,136 @@
+"""A small async client for Prometheus' HTTP query API (aiohttp).
+
+Only what ``headroom explain`` needs: instant queries, TLS (CA, client certificate,
+skip-verify) and basic auth with the password read from a file, so it works against a
+Prometheus behind the same exporter-toolkit web config headroom itself uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+
+class PromError(Exception):
+    """Prometheus could not be reached or refused a query."""
+
+
+@dataclass(frozen=True)
+class PromAuth:
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Mapping[str, str]
+    value: float
+
+
+def ssl_context(auth: PromAuth) -> ssl.SSLContext | bool:
+    """``True`` (aiohttp's default verification) unless the options ask for more."""
+    if auth.ca_file is None and auth.cert_file is None and not auth.insecure_skip_verify:
+        return True
+    ctx = ssl.create_default_context(cafile=str(auth.ca_file) if auth.ca_file else None)
+    if auth.cert_file is not None:
+        ctx.load_cert_chain(str(auth.cert_file),
+                            str(auth.key_file) if auth.key_file else None)
+    if auth.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def basic_auth(auth: PromAuth) -> aiohttp.BasicAuth | None:
+    if auth.username is None:
+        return None
+    password = ""
+    if auth.password_file is not None:
+        # A trailing newline is an editor's, not the password's (as in Prometheus).
+        password = auth.password_file.read_text().rstrip("\r\n")
+    return aiohttp.BasicAuth(auth.username, password)
+
+
+def parse_vector(body: Mapping[str, Any]) -> list[Sample]:
+    """The ``data`` of a successful instant query -> samples (vector or scalar).
+    NaN and infinities are dropped: a ratio over nothing is no evidence."""
+    data = body.get("data") or {}
+    kind = data.get("resultType")
+    out: list[Sample] = []
+    if kind == "vector":
+        for r in data.get("result", []):
+            value = float(r["value"][1])
+            if math.isfinite(value):
+                out.append(Sample(dict(r.get("metric", {})), value))
+    elif kind == "scalar":
+        value = float(data["result"][1])
+        if math.isfinite(value):
+            out.append(Sample({}, value))
+    return out
+
+
+class PromClient:
+    """``async with PromClient(url, auth) as prom: await prom.query(expr, at)``."""
+
+    def __init__(self, url: str, auth: PromAuth | None = None, timeout: float = 30.0,
+                 concurrency: int = 8) -> None:
+        self.url = url.rstrip("/")
+        self.auth = auth or PromAuth()
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        # Explain sends a few dozen queries at once: bound them, Prometheus is shared.
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def __aenter__(self) -> PromClient:
+        connector = aiohttp.TCPConnector(ssl=ssl_context(self.auth))
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, auth=basic_auth(self.auth),
+            headers={"User-Agent": "headroom-explain"})
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def query(self, expr: str, at: float | None = None) -> list[Sample]:
+        assert self._session is not None, "use PromClient as an async context manager"
+        form = {"query": expr}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        async with self._slots:
+            try:
+                # POST: long selectors stay out of URLs and access logs.
+                async with self._session.post(f"{self.url}/api/v1/query",
+                                              data=form) as resp:
+                    try:
+                        body = await resp.json(content_type=None)
+                    except (ValueError, aiohttp.ContentTypeError):
+                        hint = (" (check --prometheus.username and --prometheus.password-file)"
+                                if resp.status in (401, 403) else "")
+                        raise PromError(f"{self.url}: HTTP {resp.status} {resp.reason}, "
+                                        f"not a Prometheus answer{hint}") from None
+            except aiohttp.ClientError as exc:
+                raise PromError(f"{self.url}: {exc}") from exc
+            except asyncio.TimeoutError as exc:
+                raise PromError(f"{self.url}: no answer in {self._timeout.total} s") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else None
+            raise PromError(f"{self.url}: query failed: {error or body!r}")
+        return parse_vector(body)
+
+    async def query_many(self, exprs: Sequence[str], at: float | None = None
+                         ) -> list[list[Sample]]:
+        return list(await asyncio.gather(*(self.query(e, at) for e in exprs)))
