@@ -217,3 +217,37 @@ async def test_vllm_slow_answer_times_out(make_pipeline: list, tmp_path: Path) -
         await runner.cleanup()
     assert v['headroom_collector_success{collector="vllm"}'] == 0
     assert v['headroom_collector_success{collector="procfs"}'] == 1
+
+
+async def test_cpu_tier_bytes_are_the_region_the_workers_map(
+        make_pipeline: list, tmp_path: Path) -> None:
+    """A vLLM configured with a 16 GiB CPU tier whose workers map a 32 GiB offload region
+    (the host allocation, rounded up): the capacity in bytes is the 32 GiB the pod pays."""
+    body = (FIXTURES / "vllm" / "vllm-0.33.0.txt").read_text()
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=body, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    root = host_copy(tmp_path, port)
+    region = 32 << 30
+    for worker in (4102, 4103):  # both TP workers map the same region (one inode)
+        (root / "proc" / str(worker) / "maps").write_text(
+            "5601a916c000-5601a916e000 r--p 00000000 fe:00 260131     /usr/bin/python3\n"
+            f"7f0000000000-{0x7f0000000000 + region:x} rw-s 00000000 00:1b 77 "
+            "                        /dev/shm/vllm_offload_8c1e.mmap (deleted)\n")
+    p = with_sources(pods_for(port), root, vllm=vllm_source(2))
+    make_pipeline.append(p)
+    try:
+        v = parse_exposition(await exposition(p))
+    finally:
+        await runner.cleanup()
+    cap = [val for k, val in v.items()
+           if k.startswith("headroom_vllm_kv_cache_capacity_bytes{") and 'medium="cpu"' in k]
+    assert cap == [region], cap

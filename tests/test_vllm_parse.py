@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +42,7 @@ from exporter.collectors.vllm.metrics import (
     redact_url,
     scrape_vllm,
 )
+from exporter.collectors.vllm.offload import offload_region_bytes, offload_regions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 GOLDEN = Path(__file__).parent / "golden" / "vllm"
@@ -186,6 +189,41 @@ def test_cpu_tier_from_kv_offload_config_info() -> None:
     assert e.capacity[CPU].blocks == 16384
     assert e.capacity[CPU].bytes == 16384 * 2 * 1024 * 1024  # beats kv_offloading_size 32 GiB
     assert e.capacity[CPU].source == "kv_offload_config_info"
+
+
+def test_cpu_tier_usage_is_never_the_in_flight_gauge() -> None:
+    """vllm:kv_offload_cpu_cache_usage_perc counts blocks pinned by transfers in flight
+    (0 at idle): it is not what the CPU tier holds, so it is not the tier's usage."""
+    body = (FIXTURES / "vllm-main-kv-offload-config.txt").read_text() + (
+        "# TYPE vllm:kv_offload_cpu_cache_usage_perc gauge\n"
+        'vllm:kv_offload_cpu_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B"'
+        "} 0.0\n")
+    (e,) = parse_vllm_metrics(body).engines
+    assert CPU in e.capacity and CPU not in e.usage_ratio
+
+
+def test_offload_region_bytes_on_the_real_kernel(tmp_path: Path) -> None:
+    """vLLM's shared offload region as a worker holds it (created, sized, mapped, then
+    unlinked): its mapped size, counted once however many processes map it."""
+    code = ("import mmap, os, sys, time\n"
+            "p = '/dev/shm/vllm_offload_test-%d.mmap' % os.getpid()\n"
+            "fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600); os.ftruncate(fd, 6 << 20)\n"
+            "m = mmap.mmap(fd, 6 << 20); os.close(fd); os.unlink(p)\n"
+            "print('ready', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        maps = Path(f"/proc/{proc.pid}/maps").read_bytes()
+        assert b"vllm_offload_test" in maps and b"(deleted)" in maps
+        assert list(offload_regions(maps).values()) == [6 << 20]
+        twice = offload_region_bytes([proc.pid, proc.pid, 1 << 30],
+                                     lambda pid: Path(f"/proc/{pid}/maps").read_bytes())
+        assert twice == 6 << 20  # the same region once; a vanished pid is skipped
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_valid_body_without_vllm_series_is_empty() -> None:

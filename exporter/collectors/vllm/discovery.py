@@ -189,6 +189,7 @@ class VllmTarget:
     # (None: an explicit endpoint, configured by the operator)
     ports: frozenset[int] | None = None
     pid: int = 0  # the API server (0: explicit)
+    engines: tuple[int, ...] = ()  # its engine processes (the CPU tier's region is theirs)
 
     @property
     def shown(self) -> str:
@@ -211,10 +212,11 @@ class VllmServer:
     scheme: str
     ports: frozenset[int]  # every port its API server and engine cores listen on
     argv: tuple[str, ...] = ()
+    engines: tuple[int, ...] = ()
 
     def target(self, c: Candidate) -> VllmTarget:
         return VllmTarget(self.cgroup, f"{self.scheme}://{c.hostport}{self.path}", c.host,
-                          self.argv, self.ports, self.pid)
+                          self.argv, self.ports, self.pid, self.engines)
 
 
 def pod_ip_from_fib_trie(text: str) -> str | None:
@@ -265,7 +267,7 @@ def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
     found = candidates(listeners, same_netns=same, pod_ips=pod_ips,
                        preferred=annotation_ports(annotations))
     return VllmServer(cgroup, srv.pid, tuple(found), path, scheme, frozenset(ports),
-                      tuple(argv))
+                      tuple(argv), srv.engines)
 
 
 def find_servers(

@@ -261,10 +261,9 @@ def parse_vllm_metrics(text: str) -> VllmStats:
     usage_gpu = _gauge_by_key(
         samples, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), default_model
     )
-    usage_cpu = _gauge_by_key(
-        samples, ("vllm:kv_offload_cpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
-        default_model,
-    )
+    # V0's CPU swap space only: V1's vllm:kv_offload_cpu_cache_usage_perc counts blocks
+    # pinned by in-flight transfers (0 at idle), not what the CPU tier holds
+    usage_cpu = _gauge_by_key(samples, ("vllm:cpu_cache_usage_perc",), default_model)
     used_simple = _gauge_by_key(samples, ("vllm:simple_kv_offload_used_blocks",), default_model)
     requests = {
         state: _gauge_by_key(samples, (f"vllm:num_requests_{state}",), default_model)

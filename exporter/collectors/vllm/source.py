@@ -7,16 +7,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
+from exporter.catalog import MEDIUM_CPU
 from exporter.collectors import procfs
 from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm import metrics as vm
 from exporter.collectors.vllm.kv_events import KvEventsHub
 from exporter.collectors.vllm.locate import MAX_PROBES, Candidate, looks_like_vllm
-from exporter.paths import HostPaths
+from exporter.collectors.vllm.offload import offload_region_bytes
+from exporter.paths import HostPaths, read_bytes
 from exporter.settings import Settings, parse_duration, parse_size, positive, repeated, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec
 
@@ -120,9 +122,10 @@ class VllmSource(SourceBase):
                 continue
             self._chosen[key] = c
             try:
-                return VllmReading(t, vm.parse_vllm_metrics(text)), ""
+                stats = vm.parse_vllm_metrics(text)
             except vm.VllmParseError as exc:
                 return VllmReading(t, None), f"{t.shown}: {exc}"
+            return VllmReading(t, self._real_cpu_tier(t, stats)), ""
         where = ", ".join(tried) if tried else "no reachable listening TCP socket"
         return (VllmReading(disc.VllmTarget(s.cgroup, "", "", s.argv, s.ports, s.pid), None),
                 f"{s.cgroup}: vLLM API server {s.pid} serves no vLLM /metrics ({where})")
@@ -140,7 +143,25 @@ class VllmSource(SourceBase):
             return VllmReading(t, None), str(exc)
         except vm.VllmParseError as exc:
             return VllmReading(t, None), f"{t.shown}: {exc}"
-        return VllmReading(t, stats), ""
+        return VllmReading(t, self._real_cpu_tier(t, stats)), ""
+
+    def _real_cpu_tier(self, t: disc.VllmTarget, stats: vm.VllmStats) -> vm.VllmStats:
+        """The CPU tier's capacity in bytes as the host pays for it: the size of the
+        offload region its engine processes map, when there is one and one engine has a
+        CPU tier (the configured size otherwise)."""
+        tiers = [e for e in stats.engines if MEDIUM_CPU in e.capacity]
+        if len(tiers) != 1 or not t.engines:
+            return stats
+        procfs_dir = str(self._paths.procfs)
+        real = offload_region_bytes(t.engines[:64],
+                                    lambda pid: read_bytes(f"{procfs_dir}/{pid}/maps"))
+        if not real:
+            return stats
+        e = tiers[0]
+        cap = replace(e.capacity[MEDIUM_CPU], bytes=real, source="offload region in /dev/shm")
+        engines = tuple(replace(x, capacity={**x.capacity, MEDIUM_CPU: cap}) if x is e else x
+                        for x in stats.engines)
+        return replace(stats, engines=engines)
 
     def _forget(self, live: set[tuple[str, int]]) -> None:
         for key in [k for k in self._chosen if k not in live]:
