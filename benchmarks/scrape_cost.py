@@ -1,6 +1,10 @@
 """Scrape cost of ``headroom serve`` on a synthetic node (a benchmark, not a test).
 
-    python benchmarks/scrape_cost.py [--containers 100] [--processes 500] [--scrapes 200]
+    python3 -m benchmarks.scrape_cost [--containers 100] [--processes 500] [--scrapes 200]
+    python3 -m benchmarks.scrape_cost --idle 20 [--repeat 5]     # idle cost only
+
+(from the repository root: it builds the node with the kernel tier's cgroup helpers,
+``tests/kernel.py``).
 
 Builds a real node shape on this kernel: memory cgroups beneath this process's own cgroup,
 shaped like a kubelet's cgroupfs tree (pods with 3 containers each, plus pod-level
@@ -19,6 +23,10 @@ stale /dev/shm check must look at every process of those pods (descriptors, then
 mappings).
 ``--orphans-interval 1ms`` makes it rescan on every scrape (its worst case; by default a
 pod is rescanned only when its tmpfs usage or processes change, or every 60 s).
+``--idle SECONDS`` measures only the exporter's idle CPU (after one warm-up scrape, no
+scrapes at all: the sampler, discovery between scrapes, the kill watch), ``--repeat`` times,
+and prints each run and the median: on a shared machine the median of several windows is
+the figure to compare.
 Needs root and a writable cgroup v1 memory controller (this machine's); prints a table.
 """
 
@@ -35,8 +43,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.kernel import kube_tree
 
@@ -74,6 +80,9 @@ def main() -> None:
     ap.add_argument("--shm-pods", type=int, default=0)
     ap.add_argument("--shm-pod-processes", type=int, default=10)
     ap.add_argument("--orphans-interval", default="60s")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="measure only idle CPU over windows of this many seconds")
+    ap.add_argument("--repeat", type=int, default=5, help="idle windows (with --idle)")
     args = ap.parse_args()
 
     sleepers: list[subprocess.Popen[bytes]] = []
@@ -125,8 +134,11 @@ def main() -> None:
                     break
                 except OSError:
                     time.sleep(0.05)
-            for _ in range(5):  # warm-up: imports, caches, PSS first reads
+            for _ in range(1 if args.idle else 5):  # warm-up: imports, caches, PSS reads
                 urllib.request.urlopen(url, timeout=10).read()
+            if args.idle:
+                idle_report(exporter.pid, args)
+                return
 
             # The sampler's own cost, idle, to subtract from the scrape loop.
             c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
@@ -182,6 +194,20 @@ def main() -> None:
           f"{orphaned / 2**20:.0f} MiB orphaned")
     print("last scrape, wall ms       " + ", ".join(
         f"{k} {v:.1f}" for k, v in sorted(durations.items())))
+
+
+def idle_report(pid: int, args: argparse.Namespace) -> None:
+    time.sleep(2)  # let the first samples and any start-up work settle
+    runs = []
+    for _ in range(args.repeat):
+        c0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(args.idle)
+        runs.append((cpu_seconds(pid) - c0) / (time.monotonic() - t0))
+    print(f"synthetic node: {args.containers} containers in {(args.containers + 2) // 3} pods, "
+          f"{args.processes} processes, sampler every {args.sampler_interval}")
+    print("idle CPU per window        " + ", ".join(f"{r * 100:.2f}%" for r in runs))
+    print(f"idle CPU median            {statistics.median(runs) * 100:.2f}% of a core "
+          f"({args.repeat} x {args.idle:g} s, no scrapes)")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ from typing import Literal
 
 MetricType = Literal["gauge", "counter", "info"]
 
-PREFIX = "headroom_"
-
 # The workload label set: cAdvisor's names, so joins with kube-state-metrics work.
 WORKLOAD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
 
@@ -73,12 +71,30 @@ MEMORY_PEAK_BYTES = MetricSpec(
 MEMORY_EVENTS_TOTAL = MetricSpec(
     "headroom_memory_events_total", "counter", (*W, "event"),
     "Memory events from memory.events (v2: low, high, max, oom, oom_kill, oom_group_kill; "
-    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control.",
+    "hierarchical). On v1, max is memory.failcnt and oom_kill comes from memory.oom_control; "
+    "a v1 pod-level oom_kill is its containers' kills (v1 counts none there), kept after a "
+    "container's cgroup is removed.",
 )
 MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
     "headroom_memory_pressure_seconds_total", "counter", (*W, "level"),
     "Time tasks of the cgroup stalled on memory (PSI memory.pressure, cgroup v2), by level "
     "(some, full).",
+)
+MEMORY_HIGH_BYTES = MetricSpec(
+    "headroom_memory_high_bytes", "gauge", W,
+    "memory.high where set (cgroup v2; Kubernetes MemoryQoS writes it when configured): "
+    "above it the kernel throttles and reclaims the cgroup (memory.events high counts it) "
+    "instead of killing; absent when unset (max).",
+)
+MEMORY_MIN_BYTES = MetricSpec(
+    "headroom_memory_min_bytes", "gauge", W,
+    "memory.min where set (cgroup v2; MemoryQoS sets it to the memory request): memory "
+    "the kernel never reclaims from the cgroup; absent when 0.",
+)
+MEMORY_LOW_BYTES = MetricSpec(
+    "headroom_memory_low_bytes", "gauge", W,
+    "memory.low where set (cgroup v2): memory reclaimed from the cgroup only when nothing "
+    "else is left (best-effort protection); absent when 0.",
 )
 MEMORY_SWAP_BYTES = MetricSpec(
     "headroom_memory_swap_bytes", "gauge", W,
@@ -190,7 +206,8 @@ VLLM_PREEMPTIONS_TOTAL = MetricSpec(
 # --- post-mortem -----------------------------------------------------------------------
 OOM_KILLS_TOTAL = MetricSpec(
     "headroom_oom_kills_total", "counter", (*W, "process"),
-    "OOM kills seen by headroom's watcher, with the victim's process name when known.",
+    "OOM kills seen by headroom's watcher since it started, once each (a memory.oom.group "
+    "kill of several processes is one), with the victim's process name when known.",
 )
 
 # --- exporter health --------------------------------------------------------------------
@@ -230,11 +247,16 @@ ALL: tuple[MetricSpec, ...] = tuple(
 MEMORY_KINDS: tuple[str, ...] = (
     "anon", "shmem", "kernel", "sock", "unaccounted", "file_active", "file_inactive",
 )
-# headroom_process_memory_bytes{kind} and headroom_process_memory_pss_bytes{kind}
-PROCESS_MEMORY_KINDS: tuple[str, ...] = ("rss_anon", "rss_file", "rss_shmem", "swap")
-PSS_KINDS: tuple[str, ...] = ("anon", "file", "shmem")
-# headroom_memory_events_total{event}, as the kernel names them
-MEMORY_EVENTS: tuple[str, ...] = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+# headroom_process_memory_bytes{kind}
+RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP = "rss_anon", "rss_file", "rss_shmem", "swap"
+PROCESS_MEMORY_KINDS: tuple[str, ...] = (RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP)
+# headroom_process_memory_pss_bytes{kind}
+PSS_ANON, PSS_FILE, PSS_SHMEM = "anon", "file", "shmem"
+PSS_KINDS: tuple[str, ...] = (PSS_ANON, PSS_FILE, PSS_SHMEM)
+# headroom_memory_events_total{event}, as the kernel names them (v1 has max and oom_kill)
+EVENT_MAX, EVENT_OOM_KILL = "max", "oom_kill"
+MEMORY_EVENTS: tuple[str, ...] = ("low", "high", EVENT_MAX, "oom", EVENT_OOM_KILL,
+                                  "oom_group_kill")
 # headroom_memory_pressure_seconds_total{level} (PSI)
 PRESSURE_LEVELS: tuple[str, ...] = ("some", "full")
 # headroom_vllm_*{medium}: where KV-cache blocks live
@@ -243,7 +265,7 @@ MEDIUM_CPU = "cpu"
 KV_MEDIA: tuple[str, ...] = (MEDIUM_GPU, MEDIUM_CPU)
 # headroom_vllm_kv_events_lost_total{reason}
 KV_EVENTS_LOST_REASONS: tuple[str, ...] = ("gap", "overflow", "garbage", "disconnect")
-# headroom_vllm_requests{state}
+# headroom_vllm_requests{state} (swapped: V0 only)
 REQUEST_STATES: tuple[str, ...] = ("running", "waiting", "swapped")
 # headroom_processes{process}: the name the tail beyond --procfs.max-processes is summed as
 OTHER_PROCESS = "other"

@@ -27,6 +27,7 @@ from exporter.settings import (
     setting,
 )
 from exporter.settings import add_flags as add_setting_flags
+from exporter.source import Registered
 
 S = TypeVar("S", bound=Settings)
 
@@ -159,9 +160,10 @@ class Config:
         return cfg
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    add_setting_flags(parser, (*CORE, *(s.settings for s in SOURCES)))
-    for spec in SOURCES:
+def add_flags(parser: argparse.ArgumentParser,
+              sources: Sequence[Registered] = SOURCES) -> None:
+    add_setting_flags(parser, (*CORE, *(s.settings for s in sources)))
+    for spec in sources:
         env = env_name(f"collector.{spec.name}")
         state = "on" if spec.default_enabled else "off"
         parser.add_argument(f"--collector.{spec.name}", dest=f"collector_{spec.name}",
@@ -173,7 +175,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                             help=f"disable the {spec.name} collector")
 
 
-def build_config(ns: argparse.Namespace, env: Mapping[str, str]) -> Config:
+def build_config(ns: argparse.Namespace, env: Mapping[str, str],
+                 sources: Sequence[Registered] = SOURCES) -> Config:
     """Flags win over environment twins; every problem is collected before raising."""
     problems: list[str] = []
 
@@ -183,9 +186,9 @@ def build_config(ns: argparse.Namespace, env: Mapping[str, str]) -> Config:
     web, paths, discovery, scrape = (group(WebSettings), group(PathSettings),
                                      group(DiscoverySettings), group(ScrapeSettings))
     sampler, recorder, log = group(SamplerSettings), group(RecorderSettings), group(LogSettings)
-    sources = tuple(parse_group(spec.settings, ns, env, problems) for spec in SOURCES)
-    enabled = {s.name for s in SOURCES if s.default_enabled}
-    for spec in SOURCES:
+    settings = tuple(parse_group(spec.settings, ns, env, problems) for spec in sources)
+    enabled = {s.name for s in sources if s.default_enabled}
+    for spec in sources:
         raw = getattr(ns, f"collector_{spec.name}", None)
         source = f"--collector.{spec.name}"
         env_key = env_name(f"collector.{spec.name}")
@@ -200,4 +203,4 @@ def build_config(ns: argparse.Namespace, env: Mapping[str, str]) -> Config:
     if problems:
         raise ConfigError(problems)
     return Config(web, paths, discovery, scrape, sampler, recorder, log,
-                  collectors=frozenset(enabled), sources=sources)
+                  collectors=frozenset(enabled), sources=settings)

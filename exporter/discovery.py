@@ -65,6 +65,13 @@ class Discovery:
             self._hierarchy = h
         return self._hierarchy
 
+    def watch_root(self) -> tuple[MemoryHierarchy, str | None]:
+        """Where the sampler watches for new cgroups between scrapes: the hierarchy and
+        the kubepods cgroup (configured, else found; None when there is none yet)."""
+        h = self.hierarchy()
+        kubepods = self._kubepods if self._kubepods is not None else find_kubepods(h)
+        return h, kubepods.strip("/") if kubepods is not None else None
+
     def discover(self) -> Discovered:
         h = self.hierarchy()
         kubepods = self._kubepods if self._kubepods is not None else find_kubepods(h)

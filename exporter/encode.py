@@ -37,15 +37,23 @@ class Family:
     def add_to(self, prefix: str, value: float, *labels: str) -> None:
         """A sample whose leading labels are already rendered (``prefix``, e.g. a
         workload's three); ``labels`` are the values of the spec's remaining labels."""
-        names = self.spec.labels[len(self.spec.labels) - len(labels):]
-        if labels:
-            prefix = f"{prefix},{label_pairs(names, labels)}" if prefix else label_pairs(
-                names, labels)
+        if len(labels) == 1:  # the common case, kept cheap: thousands per scrape
+            tail = f'{self.spec.labels[-1]}="{escape_label(labels[0])}"'
+            prefix = f"{prefix},{tail}" if prefix else tail
+        elif labels:
+            names = self.spec.labels[len(self.spec.labels) - len(labels):]
+            prefix = extend(prefix, names, labels)
         self.samples.append((prefix, value))
 
 
+def extend(prefix: str, names: Sequence[str], values: Sequence[str]) -> str:
+    """Rendered label pairs ``prefix`` followed by more."""
+    more = label_pairs(names, values)
+    return f"{prefix},{more}" if prefix and more else prefix or more
+
+
 def label_pairs(names: Sequence[str], values: Sequence[str]) -> str:
-    return ",".join(f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True))
+    return ",".join([f'{n}="{escape_label(v)}"' for n, v in zip(names, values, strict=True)])
 
 
 def format_value(v: float) -> str:
@@ -61,7 +69,7 @@ def format_value(v: float) -> str:
     return repr(v)
 
 
-def _escape_label(value: str) -> str:
+def escape_label(value: str) -> str:
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value

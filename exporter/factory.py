@@ -83,7 +83,7 @@ def build_sources(config: Config, paths: HostPaths,
         if source is None:
             log.info("collector %s: not available on this host", spec.name)
             continue
-        out.append(Named(spec.name, source))
+        out.append(Named(spec, source))
     return out
 
 
@@ -102,10 +102,11 @@ def build(config: Config, replace: Mapping[str, Source[object]] | None = None,
         FlightRecorder(config.recorder.window),
         DocumentStore(config.recorder.dir),
         kmsg,
+        pods,
     )
-    sampler = PeakSampler(config.sampler.interval, config.sampler.window,
-                          listener=postmortem.on_sample)
     discovery = Discovery(paths, config.discovery.kubepods_path, config.discovery.track)
+    sampler = PeakSampler(config.sampler.interval, config.sampler.window,
+                          listener=postmortem.on_sample, watch_root=discovery.watch_root)
     pipeline = Pipeline(discovery, sources, config.scrape.collector_timeout, pods=pods,
                         sampler=sampler, postmortem=postmortem)
     return Exporter(config, pipeline, sampler, postmortem)

@@ -1,49 +1,114 @@
-"""``headroom generate``: write (or check) every generated file of the repository.
+"""``headroom generate``: write (or check) every generated file of the repository, from one
+declared table: which part produces which files, and where the chart keeps copies.
 
-The rules come from ``alerts/`` and the dashboards from ``dashboards/``; both are copied
-into the Helm chart, so the chart can never ship rules or dashboards other than these.
+It fails on a part that produces nothing, on a file it produces outside the paths the
+table declares for it, on a file in a generated place that no part produces (a stray
+``charts/headroom/files/rules/old.rules.yaml`` would ship as an extra PrometheusRule), and
+on a directory that is not a headroom tree.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from exporter import chart
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    produce: Callable[[Path], Mapping[str, str]]  # repo root -> {repo-relative path: text}
+    owns: tuple[str, ...]  # globs of the repo files this part generates, wholly
+    chart_copies: str | None = None  # chart folder holding a copy of each owned file ...
+    copy_glob: str = "*"  # ... whose name matches this
+
+
+def _artifacts_of(module: str) -> Callable[[Path], Mapping[str, str]]:
+    """The ``artifacts()`` of a module of the tree being generated."""
+    def produce(root: Path) -> Mapping[str, str]:
+        sys.path.insert(0, str(root))
+        try:
+            found: Mapping[str, str] = importlib.import_module(module).artifacts()
+            return found
+        finally:
+            sys.path.remove(str(root))
+    return produce
+
+
+def _chart(root: Path) -> Mapping[str, str]:
+    return chart.artifacts(lambda rel: (root / rel).read_text())
+
+
 CHART_FILES = "charts/headroom/files"
-# (module with an ``artifacts() -> dict[str, str]`` function, chart subfolder for copies)
-SOURCES: tuple[tuple[str, str, str], ...] = (
-    ("alerts.generate", "alerts/", "rules"),
-    ("dashboards.generate", "dashboards/", "dashboards"),
+TABLE: tuple[Part, ...] = (
+    Part("alerts", _artifacts_of("alerts.generate"),
+         owns=("alerts/*.rules.yaml", "alerts/tests/*.test.yaml"),
+         chart_copies=f"{CHART_FILES}/rules", copy_glob="*.rules.yaml"),
+    Part("dashboards", _artifacts_of("dashboards.generate"), owns=("dashboards/*.json",),
+         chart_copies=f"{CHART_FILES}/dashboards", copy_glob="*.json"),
+    Part("chart", _chart, owns=(chart.FLAGS, chart.VALUES, chart.SCHEMA, chart.README)),
 )
+# Markers of a headroom tree: refuse to write anywhere else.
+TREE_MARKERS = ("pyproject.toml", "exporter/registry.py", "charts/headroom/Chart.yaml")
 
 
-def collect_artifacts(root: Path) -> dict[str, str]:
+class GenerateError(Exception):
+    pass
+
+
+def _matches(rel: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(rel, g) for g in globs)
+
+
+def collect_artifacts(root: Path, table: tuple[Part, ...] = TABLE) -> dict[str, str]:
     """Repository-relative path -> content, chart copies included."""
-    sys.path.insert(0, str(root))
-    try:
-        out: dict[str, str] = {}
-        for module_name, _, chart_dir in SOURCES:
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name != module_name and not module_name.startswith(str(exc.name)):
-                    raise
-                continue  # not written yet
-            artifacts: Callable[[], dict[str, str]] = module.artifacts
-            for rel, content in sorted(artifacts().items()):
-                out[rel] = content
-                if rel.endswith((".rules.yaml", ".json")):
-                    out[f"{CHART_FILES}/{chart_dir}/{Path(rel).name}"] = content
-        return out
-    finally:
-        sys.path.remove(str(root))
+    missing = [m for m in TREE_MARKERS if not (root / m).exists()]
+    if missing:
+        raise GenerateError(f"{root} is not a headroom tree (no {', '.join(missing)})")
+    if not table:
+        raise GenerateError("no parts to generate")
+    out: dict[str, str] = {}
+    for part in table:
+        files = dict(part.produce(root))
+        if not files:
+            raise GenerateError(f"{part.name} produced no files")
+        for rel, content in sorted(files.items()):
+            if not _matches(rel, part.owns):
+                raise GenerateError(f"{part.name} produced {rel}, outside its declared "
+                                    f"outputs {part.owns} (exporter/generate.py TABLE)")
+            out[rel] = content
+            if part.chart_copies and fnmatch.fnmatchcase(Path(rel).name, part.copy_glob):
+                out[f"{part.chart_copies}/{Path(rel).name}"] = content
+    return out
+
+
+def strays(root: Path, produced: Mapping[str, str], table: tuple[Part, ...] = TABLE) -> (
+    list[str]
+):
+    """Files in generated places that no part produces."""
+    found = []
+    for part in table:
+        places = [*part.owns, *([f"{part.chart_copies}/*"] if part.chart_copies else [])]
+        for glob in places:
+            for path in root.glob(glob):
+                rel = path.relative_to(root).as_posix()
+                if path.is_file() and rel not in produced:
+                    found.append(rel)
+    return sorted(set(found))
 
 
 def run_generate(root_arg: str, check: bool) -> int:
     root = Path(root_arg).resolve()
-    artifacts = collect_artifacts(root)
+    try:
+        artifacts = collect_artifacts(root)
+    except GenerateError as exc:
+        print(f"headroom generate: {exc}", file=sys.stderr)
+        return 1
     stale = []
     for rel, content in sorted(artifacts.items()):
         path = root / rel
@@ -56,9 +121,14 @@ def run_generate(root_arg: str, check: bool) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
             print(f"wrote {rel}")
+    extra = strays(root, artifacts)
     if stale:
         print("stale generated files (run `headroom generate`):\n  " + "\n  ".join(stale),
               file=sys.stderr)
+    if extra:
+        print("files in generated places that nothing generates (delete them):\n  "
+              + "\n  ".join(extra), file=sys.stderr)
+    if stale or extra:
         return 1
     if check:
         print(f"{len(artifacts)} generated files are up to date")

@@ -15,10 +15,12 @@ from exporter.collectors.cgroup import NodeMemory
 from exporter.collectors.nvml import GpuDevice
 from exporter.collectors.vllm import source as vllm
 from exporter.collectors.vllm.metrics import VllmStats
+from exporter.encode import Family
 from exporter.model import (
     CgroupMemory,
     CgroupRef,
     CollectorResult,
+    Labels,
     PodDirectory,
     ProcessGroup,
     TmpfsMount,
@@ -70,6 +72,7 @@ class Snapshot:
     gpu: GpuUse | None = None
     vllm: tuple[VllmView, ...] = ()
     oom_kills: Mapping[tuple[Workload, str], int] = field(default_factory=dict)
+    families: tuple[Family, ...] = ()  # rendered by sources outside the core (source.py)
 
     def pod_of(self) -> dict[str, Workload]:
         """cgroup path -> the labels of its pod-level cgroup (itself outside Kubernetes)."""
@@ -130,21 +133,33 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
     return tuple(out[w] for w in sorted(out))
 
 
+def owners(pf: procfs.ProcfsData | None,
+           workloads: Mapping[str, Workload]) -> dict[int, tuple[Workload, str]]:
+    """pid -> (workload, process name), for the tracked processes."""
+    out: dict[int, tuple[Workload, str]] = {}
+    for path, procs in (pf.processes.items() if pf is not None else ()):
+        w = workloads.get(path)
+        if w is not None:
+            for p in procs:
+                out[p.pid] = (w, p.name)
+    return out
+
+
+def labels_of(snapshot: Snapshot, results: Results) -> Labels:
+    workloads = {ws.ref.path: ws.workload for ws in snapshot.workloads}
+    return Labels(workloads, owners(results.get(procfs.KEY), workloads))
+
+
 def join_gpu(snap: nvml.NvmlSnapshot | None, pf: procfs.ProcfsData | None,
              workloads: Mapping[str, Workload]) -> GpuUse | None:
     """NVML's per-pid use -> per workload and process name. GPU processes outside the
     tracked cgroups (another node agent, a host process) are left out."""
     if snap is None:
         return None
-    owners: dict[int, tuple[Workload, str]] = {}
-    for path, procs in (pf.processes.items() if pf is not None else ()):
-        w = workloads.get(path)
-        if w is not None:
-            for p in procs:
-                owners[p.pid] = (w, p.name)
+    by_pid = owners(pf, workloads)
     per: dict[tuple[Workload, str, str, str], int] = {}
     for pid, uses in snap.processes().items():
-        owner = owners.get(pid)
+        owner = by_pid.get(pid)
         if owner is None:
             continue
         for use in uses:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from exporter import catalog
+
 CgroupVersion = Literal[1, 2]
 
 
@@ -52,6 +54,10 @@ class CgroupMemory:
     swap: int | None  # None where the kernel does not account swap
     events: Mapping[str, int]  # event -> count (only what the kernel offers)
     pressure: Mapping[str, float]  # level -> seconds stalled (empty without PSI)
+    # v2 MemoryQoS knobs where set (memory.high below "max", memory.min/low above 0)
+    high: int | None = None
+    min: int | None = None
+    low: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,8 @@ class ProcessPss:
 
     def by_kind(self) -> tuple[tuple[str, int], ...]:
         """(kind of catalog.PSS_KINDS, bytes)."""
-        return (("anon", self.anon), ("file", self.file), ("shmem", self.shmem))
+        return ((catalog.PSS_ANON, self.anon), (catalog.PSS_FILE, self.file),
+                (catalog.PSS_SHMEM, self.shmem))
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,8 @@ class ProcessGroup:
 
     def memory_by_kind(self) -> tuple[tuple[str, int], ...]:
         """(kind of catalog.PROCESS_MEMORY_KINDS, bytes)."""
-        return (("rss_anon", self.rss_anon), ("rss_file", self.rss_file),
-                ("rss_shmem", self.rss_shmem), ("swap", self.swap))
+        return ((catalog.RSS_ANON, self.rss_anon), (catalog.RSS_FILE, self.rss_file),
+                (catalog.RSS_SHMEM, self.rss_shmem), (catalog.SWAP, self.swap))
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,15 @@ class PodDirectory(Protocol):
     """Pod UID -> pod names. Implemented by the Kubernetes API watcher."""
 
     def lookup(self, pod_uid: str) -> PodInfo | None: ...
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The join's labelling, for a source that renders its own families: cgroup path ->
+    workload, and pid -> (workload, process name) from procfs's process table."""
+
+    workloads: Mapping[str, Workload]
+    processes: Mapping[int, tuple[Workload, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

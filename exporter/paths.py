@@ -180,7 +180,3 @@ class OpenFiles:
 
     def __len__(self) -> int:
         return len(self._fds)
-
-
-def page_size() -> int:
-    return os.sysconf("SC_PAGE_SIZE")

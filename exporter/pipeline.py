@@ -14,18 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from exporter.collectors import procfs
 from exporter.discovery import Discovered, Discovery
-from exporter.join import Snapshot, join
+from exporter.join import Snapshot, join, labels_of
 from exporter.model import CollectorResult, PodDirectory
 from exporter.oom.postmortem import PostMortem
-from exporter.oom.watcher import kill_domains
 from exporter.sampler import PeakSampler
-from exporter.source import Context, Result, Results, Source
+from exporter.source import Context, Registered, Result, Results, Source, in_thread
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,12 +42,34 @@ class _Guard:
 
 @dataclass(frozen=True)
 class Named:
-    name: str
+    """A built source and its registry entry."""
+
+    spec: Registered
     source: Source[object]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
 
 def _collector(source: Source[object], ctx: Context) -> Callable[[], Awaitable[Result[object]]]:
     return lambda: source.collect(ctx)
+
+
+def with_pod_kills(snapshot: Snapshot, pod_kills: Mapping[str, int]) -> Snapshot:
+    """v1: a pod-level cgroup's ``oom_kill`` event is its containers' kills (the kernel
+    counts a kill only in the victim's own cgroup, so the pod's own counter stays 0 and
+    the pod-level count would miss every kill); they stay counted after a container's
+    cgroup is removed. Kept by the OOM watcher (oom/watcher.py)."""
+    out = []
+    for ws in snapshot.workloads:
+        extra = pod_kills.get(ws.ref.path)
+        if extra is not None and ws.memory is not None and ws.ref.is_pod_level:
+            events = {**ws.memory.events}
+            events["oom_kill"] = events.get("oom_kill", 0) + extra
+            ws = replace(ws, memory=replace(ws.memory, events=events))
+        out.append(ws)
+    return replace(snapshot, workloads=tuple(out))
 
 
 class Pipeline:
@@ -79,33 +100,39 @@ class Pipeline:
     async def _collect(self) -> Snapshot:
         outcomes: list[CollectorResult] = []
         found = await self._guarded(DISCOVERY, self._discover, outcomes)
-        if found is None or found.data is None:
-            return join((), self.pods, Results(), {}, outcomes)
-        d = found.data
-        if self.sampler is not None:
-            self.sampler.set_tracked(d.hierarchy, (r.path for r in d.refs), kill_domains(
-                ((r.path, r.pod_uid, r.is_pod_level) for r in d.refs), d.hierarchy.version))
+        d = found.data if found is not None else None
+        if d is not None and self.sampler is not None:
+            self.sampler.set_tracked(d.hierarchy, d.refs)
+        refs = d.refs if d is not None else ()
         results = Results()
         # One after another: they are mostly CPU-bound Python, and running them in
         # parallel threads only adds GIL hand-offs (measured: about 2x the CPU per scrape).
         for s in self.sources:
-            ctx = Context(d.hierarchy, d.refs, self.pods, results)
+            if d is None and s.spec.needs_cgroups:
+                continue  # discovery failed: its failure is reported, not theirs
+            ctx = Context(d.hierarchy if d is not None else None, refs, self.pods, results)
             result = await self._guarded(s.name, _collector(s.source, ctx), outcomes)
             if result is not None:
                 results = results.with_data(s.name, result.data)
         peaks = {}
         if self.sampler is not None:
-            peaks = {r.path: p for r in d.refs if (p := self.sampler.peak(r.path)) is not None}
-        snapshot = join(d.refs, self.pods, results, peaks, outcomes)
+            peaks = {r.path: p for r in refs if (p := self.sampler.peak(r.path)) is not None}
+        snapshot = join(refs, self.pods, results, peaks, outcomes)
+        labels = labels_of(snapshot, results)
+        snapshot = replace(snapshot, families=tuple(
+            f for s in self.sources for f in s.spec.families(results, labels)))
         if self.postmortem is None:
             return snapshot
-        table = results.get(procfs.KEY)
-        self.postmortem.observe(snapshot, table.processes if table is not None else {},
-                                [r.path for r in d.refs])
+        if d is not None:
+            table = results.get(procfs.KEY)
+            self.postmortem.observe(snapshot, table.processes if table is not None else {},
+                                    [r.path for r in refs])
+            if d.hierarchy.version == 1:
+                snapshot = with_pod_kills(snapshot, self.postmortem.pod_kills())
         return replace(snapshot, oom_kills=self.postmortem.counts())
 
     async def _discover(self) -> Result[Discovered]:
-        return Result(await asyncio.to_thread(self.discovery.discover))
+        return Result(await in_thread(self.discovery.discover))
 
     async def _guarded(self, name: str, collect: Callable[[], Awaitable[Result[T]]],
                        outcomes: list[CollectorResult]) -> Result[T] | None:

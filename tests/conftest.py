@@ -18,12 +18,30 @@ from exporter.encode import encode
 from exporter.factory import Exporter
 from exporter.model import ContainerInfo, PodInfo
 from exporter.paths import HostPaths
+from exporter.registry import NAMES
 from exporter.render import render
 from exporter.source import Source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTS = FIXTURES / "hosts"
 GOLDEN = Path(__file__).parent / "golden"
+
+
+# The README's tiers as markers. kernel, prometheus and vllm are set by the modules that
+# need them; the rest by file, here, so `pytest -m "unit or golden"` runs anywhere.
+GOLDEN_MODULES = {"test_golden.py", "test_extensions.py"}
+CHART_MODULES = {"test_chart.py"}
+NEEDS_MORE = ("kernel", "prometheus", "vllm")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in NEEDS_MORE):
+            continue
+        name = item.path.name
+        tier = "golden" if name in GOLDEN_MODULES else "chart" if name in CHART_MODULES \
+            else "unit"
+        item.add_marker(tier)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,9 +82,14 @@ def recorded_pods() -> StaticPods:
     })
 
 
+# Sources that need a GPU, a vLLM or an API server: test_extensions and test_kube run
+# them against recorded stand-ins. Every other registered source runs on the host trees.
+NOT_ON_HOST_TREES = frozenset({"nvml", "vllm", "kubernetes"})
+
+
 def host_config(host: str) -> Config:
     root = HOSTS / host
-    return Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
+    return Config(collectors=frozenset(NAMES) - NOT_ON_HOST_TREES).with_settings(
         PathSettings(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup"),
         ProcfsSettings(pss_max_rss=4 << 30),
     )

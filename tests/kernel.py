@@ -11,6 +11,8 @@ driven by commands on its stdin:
     burst MiB MS    allocate MiB, hold it MS milliseconds, free it
     grow MiB MS     keep allocating MiB every MS milliseconds (until killed)
     free            drop all anonymous memory held
+    name COMM       set the process's comm (what the kernel log names it by)
+    spawn           fork a child that sleeps (a second process in the cgroup)
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ for line in sys.stdin:
         while True:
             held.append(touch(int(args[0])))
             time.sleep(int(args[1]) / 1000)
+    elif cmd == "name":
+        import ctypes
+        ctypes.CDLL(None).prctl(15, args[0].encode(), 0, 0, 0)  # PR_SET_NAME
+    elif cmd == "spawn":
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
     elif cmd == "free":
         for m in held:
             m.close()
@@ -78,12 +87,15 @@ class KernelUnavailable(Exception):
     pass
 
 
-def own_v1_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarchy, str]:
-    """This process's memory cgroup, when it is a writable v1 one (this machine's case).
+def own_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarchy, str]:
+    """This process's memory cgroup, when tests may create memory cgroups beneath it.
 
-    On a pure cgroup v2 host the test process's cgroup holds processes, so the kernel's
-    no-internal-processes rule forbids enabling the memory controller for children there;
-    v2 is covered by fixture trees instead.
+    v1 (this machine's host): the cgroup must be writable. v2 (the QEMU guest of
+    ``scripts/v2-guest.py``, or a delegated cgroup): children only get ``memory.*`` files
+    when ``+memory`` is in the parent's ``cgroup.subtree_control``, and the kernel's
+    no-internal-processes rule refuses that in a non-root cgroup that holds processes
+    (the test's own, usually): then the tier is unavailable on this host and runs in
+    the guest.
     """
     paths = paths or HostPaths()
     if os.geteuid() != 0:
@@ -92,12 +104,41 @@ def own_v1_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarch
         h = paths.detect_memory_hierarchy()
     except Exception as exc:
         raise KernelUnavailable(f"no memory cgroup controller: {exc}") from exc
-    if h.version != 1:
-        raise KernelUnavailable("memory controller is cgroup v2: covered by fixture trees")
     own = self_memory_cgroup(paths.procfs)
     if not os.access(h.dir(own), os.W_OK):
         raise KernelUnavailable(f"own memory cgroup {h.dir(own)} is not writable")
+    if h.version == 2:
+        try:
+            enable_memory(h.dir(own))
+        except OSError as exc:
+            raise KernelUnavailable(
+                f"cgroup v2: cannot enable +memory in {h.dir(own)}/cgroup.subtree_control "
+                f"({exc.strerror}: a non-root cgroup that holds processes cannot); run the "
+                "tier in the v2 guest (scripts/v2-guest.py) or from a delegated cgroup"
+            ) from exc
     return h, own
+
+
+def enable_memory(cgroup: Path) -> None:
+    """v2: give the children of ``cgroup`` the memory controller (their memory.* files)."""
+    control = cgroup / "cgroup.subtree_control"
+    if "memory" not in control.read_text().split():
+        control.write_text("+memory")
+
+
+def limit_file(version: int) -> str:
+    return "memory.max" if version == 2 else "memory.limit_in_bytes"
+
+
+def oom_kills(hierarchy: MemoryHierarchy, rel: str) -> int:
+    """The kernel's own kill counter of a cgroup, read the way a person would check it:
+    v2 ``memory.events`` (hierarchical), v1 ``memory.oom_control`` (this cgroup only)."""
+    name = "memory.events" if hierarchy.version == 2 else "memory.oom_control"
+    for line in (hierarchy.dir(rel) / name).read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            return int(value)
+    raise AssertionError(f"no oom_kill in {hierarchy.dir(rel) / name}")
 
 
 @dataclass
@@ -106,6 +147,10 @@ class KubeTree:
     base: str  # <own>/headroom-test-<hex>
     made: list[Path] = field(default_factory=list)
     shm_files: list[Path] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        return self.hierarchy.version
 
     @property
     def kubepods(self) -> str:
@@ -117,9 +162,22 @@ class KubeTree:
             if parent == self.hierarchy.root or self.hierarchy.root not in parent.parents:
                 continue
             if not parent.exists():
+                if self.version == 2:
+                    enable_memory(parent.parent)  # at every level, as a kubelet does
                 parent.mkdir()
                 self.made.append(parent)
         return d
+
+    def set_limit(self, d: Path, limit: int) -> None:
+        (d / limit_file(self.version)).write_text(str(limit))
+
+    def staging(self) -> str:
+        """A cgroup outside kubepods to start processes in before they enter a container
+        (Python starts 30-70x slower under QEMU's TCG: seconds a container should not
+        wait)."""
+        rel = f"{self.base}/staging"
+        self.mkdir(rel)
+        return rel
 
     def pod(self, qos: str = "burstable", limit: int | None = None) -> tuple[str, str]:
         uid = str(uuid.uuid4())
@@ -127,7 +185,7 @@ class KubeTree:
             f"{self.kubepods}/pod{uid}")
         d = self.mkdir(rel)
         if limit is not None:
-            (d / "memory.limit_in_bytes").write_text(str(limit))
+            self.set_limit(d, limit)
         return uid, rel
 
     def container(self, pod_rel: str, limit: int | None = None) -> tuple[str, str]:
@@ -135,8 +193,22 @@ class KubeTree:
         rel = f"{pod_rel}/{cid}"
         d = self.mkdir(rel)
         if limit is not None:
-            (d / "memory.limit_in_bytes").write_text(str(limit))
+            self.set_limit(d, limit)
         return cid, rel
+
+    def remove(self, rel: str) -> None:
+        """Remove an emptied container cgroup, as the runtime does after it exits."""
+        d = self.hierarchy.dir(rel)
+        for _ in range(100):
+            try:
+                d.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)  # the killed process is still being torn down
+        if d in self.made:
+            self.made.remove(d)
 
     def cleanup(self) -> None:
         for f in self.shm_files:
@@ -157,7 +229,7 @@ class KubeTree:
 
 @contextmanager
 def kube_tree() -> Iterator[KubeTree]:
-    h, own = own_v1_memory_cgroup()
+    h, own = own_memory_cgroup()
     tree = KubeTree(h, f"{own}/headroom-test-{secrets.token_hex(4)}".strip("/"))
     try:
         yield tree
@@ -179,6 +251,11 @@ class Grower:
             stdout=subprocess.PIPE, text=True, preexec_fn=enter_cgroup,
         )
         assert self.read() == "ready"
+
+    def move(self, hierarchy: MemoryHierarchy, rel: str) -> None:
+        """Into another cgroup: what it allocates from now on is charged there (a started
+        interpreter entering a fresh container, as a runtime's init does)."""
+        (hierarchy.dir(rel) / "cgroup.procs").write_text(str(self.proc.pid))
 
     def read(self) -> str:
         assert self.proc.stdout is not None

@@ -79,6 +79,19 @@ def test_v2_events_pressure_swap() -> None:
     assert m.swap == 0
 
 
+def test_v2_memory_qos_is_exported_only_where_set() -> None:
+    """Kubernetes MemoryQoS: memory.high written only when configured (else ``max``),
+    memory.min from the requests (else ``0``); the high event count comes with events."""
+    unset = parse_cgroup(v2(high="max\n", min="0\n", low="0\n"), NODE)
+    assert (unset.high, unset.min, unset.low) == (None, None, None)
+    absent = parse_cgroup(v2(), NODE)  # an older kernel, or v1: no such files
+    assert (absent.high, absent.min, absent.low) == (None, None, None)
+    m = parse_cgroup(v2(high=f"{900 * MiB}\n", min=f"{512 * MiB}\n", low=f"{600 * MiB}\n"),
+                     NODE)
+    assert (m.high, m.min, m.low) == (900 * MiB, 512 * MiB, 600 * MiB)
+    assert m.events["high"] == 3
+
+
 def test_v2_without_psi_swap_events() -> None:
     m = parse_cgroup(v2(pressure=None, swap_current=None, events=None), NODE)
     assert m.pressure == {}

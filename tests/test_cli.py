@@ -19,6 +19,7 @@ from exporter.cli import build_parser, main
 from exporter.collectors.kube.source import KubernetesSettings
 from exporter.collectors.procfs import ProcfsSettings
 from exporter.config import ConfigError, build_config
+from exporter.registry import SOURCES
 from exporter.settings import env_name, parse_duration, parse_size
 from tests.conftest import HOSTS
 
@@ -36,8 +37,8 @@ def test_defaults() -> None:
     assert c.web.listen == ("", 9847)
     assert c.sampler.interval == 0.2 and c.sampler.window == 30.0
     assert c.settings(ProcfsSettings).pss_max_rss == 2 << 30
-    assert c.collectors == {"cgroup", "procfs", "tmpfs", "tmpfs_orphans", "nvml", "vllm",
-                            "kubernetes"}
+    assert c.collectors == {s.name for s in SOURCES if s.default_enabled}
+    assert c.collectors >= {"cgroup", "procfs", "tmpfs", "nvml", "vllm", "kubernetes"}
 
 
 def test_env_twins_and_flags_win() -> None:

@@ -30,7 +30,7 @@ import pytest
 import dashboards
 from alerts.config import DEFAULT
 from alerts.generate import rules_yaml
-from tests.kernel import Grower, KernelUnavailable, kube_tree, own_v1_memory_cgroup
+from tests.kernel import Grower, KernelUnavailable, kube_tree, own_memory_cgroup
 from tests.test_dashboards import substitute_var
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
@@ -107,7 +107,7 @@ class Webhook:
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     try:
-        own_v1_memory_cgroup()
+        own_memory_cgroup()
     except KernelUnavailable as exc:
         pytest.skip(str(exc))
     for binary in ("prometheus", "prometheus-alertmanager"):

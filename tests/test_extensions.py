@@ -251,3 +251,19 @@ async def test_cpu_tier_bytes_are_the_region_the_workers_map(
     cap = [val for k, val in v.items()
            if k.startswith("headroom_vllm_kv_cache_capacity_bytes{") and 'medium="cpu"' in k]
     assert cap == [region], cap
+
+
+async def test_gpu_is_reported_when_discovery_fails(tmp_path: Path, make_pipeline: list) -> None:
+    """No memory controller (yet): the cgroup-based sources wait, NVML does not."""
+    cfg = host_config(HOST)
+    empty = tmp_path / "cgroup"
+    empty.mkdir()
+    cfg = replace(cfg.with_settings(replace(cfg.paths, cgroupfs=empty)),
+                  collectors=cfg.collectors | {"nvml"})
+    p = fixture_pipeline(cfg, None, {"nvml": gpu("v1-host-2gpu.json")})
+    make_pipeline.append(p)
+    v = parse_exposition(await exposition(p))
+    assert v['headroom_collector_success{collector="discovery"}'] == 0
+    assert v['headroom_collector_success{collector="nvml"}'] == 1
+    assert 'headroom_collector_success{collector="cgroup"}' not in v
+    assert any(k.startswith("headroom_gpu_memory_total_bytes") for k in v)

@@ -187,3 +187,28 @@ async def test_foreign_pid_namespace_is_named(tmp_path: Path, make_pipeline: lis
     text = await exposition(p)
     assert success(text, "procfs") == 0.0
     assert success(text, "cgroup") == 1.0
+
+
+def samplers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "headroom-sampler"]
+
+
+async def test_the_sampler_starts_once_and_scrapes_never_start_it() -> None:
+    """The factory builds everything; a scrape that arrives during start-up (or before it)
+    cannot build or start a second sampler."""
+    before = len(samplers())
+    p = fixture_pipeline(host_config(V2))
+    try:
+        await p.snapshot()  # a scrape before start: nothing is started
+        assert len(samplers()) == before
+        scrapes = [asyncio.ensure_future(p.snapshot()) for _ in range(3)]
+        p.start()
+        p.start()  # idempotent
+        scrapes += [asyncio.ensure_future(p.snapshot()) for _ in range(3)]
+        await asyncio.gather(*scrapes)
+        assert len(samplers()) == before + 1
+        with pytest.raises(RuntimeError, match="already started"):
+            p.sampler.start()
+    finally:
+        await p.aclose()
+    assert len(samplers()) == before

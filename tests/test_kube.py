@@ -31,8 +31,8 @@ from exporter.collectors.kube.parse import (
     parse_pod,
     strip_container_id,
 )
-from exporter.collectors.kube.source import KubernetesSettings, watcher_for
-from exporter.collectors.kube.watch import KubePodWatcher, in_cluster
+from exporter.collectors.kube.source import KubernetesSettings, in_cluster, watcher_for
+from exporter.collectors.kube.watch import KubePodWatcher
 from exporter.model import ContainerInfo, PodInfo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kube"

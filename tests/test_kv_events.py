@@ -16,6 +16,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from exporter import catalog
 from exporter.collectors.vllm.discovery import KvEventEndpoint
 from exporter.collectors.vllm.kv_events import (
     AllBlocksCleared,
@@ -23,13 +24,12 @@ from exporter.collectors.vllm.kv_events import (
     BlockStored,
     KvBlockTracker,
     KvEventDecodeError,
-    KvEventsHub,
-    KvEventSubscriber,
     LostReason,
     Outcome,
     decode_batch,
     is_replay_end,
 )
+from exporter.collectors.vllm.kv_subscriber import KvEventsHub, KvEventSubscriber
 
 H = [bytes([i]) * 32 for i in range(64)]  # sha256-sized block hashes, as vLLM 0.2x+ sends
 
@@ -288,6 +288,10 @@ def test_batch_as_a_map() -> None:
 def test_hostile_batches_are_garbage(body: list[Any]) -> None:
     with pytest.raises(KvEventDecodeError):
         decode_batch(bytes(msgpack.packb(body, use_bin_type=True)))
+
+
+def test_lost_reasons_are_the_catalogue_s() -> None:
+    assert tuple(r.value for r in LostReason) == catalog.KV_EVENTS_LOST_REASONS
 
 
 def test_duplicates_are_idempotent() -> None:

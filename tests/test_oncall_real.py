@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.kernel import Grower, KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+from tests.kernel import Grower, KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
 from tests.test_e2e_alerting import free_port, query, wait_http
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
@@ -75,7 +75,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
-        own_v1_memory_cgroup()
+        own_memory_cgroup()
     except KernelUnavailable as exc:
         pytest.skip(str(exc))
     if shutil.which("prometheus") is None:

@@ -1,12 +1,16 @@
 """The post-mortem's pure parts: kernel-log records (as this machine's kernel wrote them)
-and the flight recorder's bounds. The kills themselves are in tests/test_kernel.py."""
+and the flight recorder's bounds, and the OOM watcher table-driven. The kills on a real
+kernel are in tests/test_kernel.py and tests/test_kernel_kills.py."""
 
 from __future__ import annotations
 
 import json
 
-from exporter.collectors.kmsg import parse_kmsg_record
+from exporter.collectors.cgroup import KillCounters
+from exporter.collectors.kmsg import KernelVictim, pair_victims, parse_kmsg_record
+from exporter.model import Workload
 from exporter.oom.recorder import FlightRecorder
+from exporter.oom.watcher import RECENT, CgroupLabels, OomWatcher, ProcessEntry
 
 # /dev/kmsg records written by this machine's kernel (6.18) for a real memcg OOM kill.
 OOM_KILL = (
@@ -48,3 +52,128 @@ def test_flight_recorder_is_bounded_by_time_and_slots() -> None:
     assert h["usage"][-1] == [now[0] // 1, 299]  # the second's maximum
     assert h["usage"][0][0] >= now[0] - 60
     assert json.dumps(h)  # what the OOM document embeds is JSON as it is
+
+
+# --- the OOM watcher: every path without a kernel (time and liveness injected) ----------
+
+POD = "kubepods/burstable/pod162b8089-8fe2-4468-939a-eccc9bd5ed36"
+C1, C2 = f"{POD}/{'a1' * 32}", f"{POD}/{'c2' * 32}"
+POD_W = Workload("ns", "vllm-0", "")
+C1_W = Workload("ns", "vllm-0", "engine")
+
+
+def victim(memcg: str, pid: int, comm: str = "python") -> KernelVictim:
+    return KernelVictim(pid, comm, memcg, f"oom-kill:...task={comm},pid={pid},uid=0")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watcher(kmsg: bool = True, alive: frozenset[int] = frozenset()) -> tuple[OomWatcher, Clock]:
+    clock = Clock()
+    w = OomWatcher(lambda pid: pid in alive, kmsg_available=kmsg, clock=clock)
+    w.observe({C1: CgroupLabels(C1_W, POD_W), POD: CgroupLabels(POD_W, POD_W)},
+              {C1: [ProcessEntry(41, "EngineCore", 900), ProcessEntry(42, "APIServer", 100)]})
+    return w, clock
+
+
+def test_f3_counters_read_at_start_are_history_and_only_rises_are_kills() -> None:
+    w, clock = watcher()
+    w.track({POD: (None, False)})
+    assert w.check({POD: KillCounters(17)}) == []  # 17 kills before the exporter started
+    clock.now += 1
+    assert w.check({POD: KillCounters(17)}) == []
+    clock.now += 10
+    assert w.check({POD: KillCounters(17)}) == []  # however long it runs
+    assert w.counts == {}
+    kills = w.check({POD: KillCounters(18)}, [victim(C1, 41, "EngineCor")])
+    assert [(k.process, k.pid, k.victim_source, k.workload) for k in kills] == [
+        ("EngineCore", 41, "kmsg", C1_W)]  # the full name from the process table
+    assert w.counts == {(POD_W, "EngineCore"): 1}
+
+
+def test_f12_a_young_domain_counts_its_first_read_and_waits_for_the_log() -> None:
+    w, clock = watcher()
+    w.check({}, [victim(C2, 77)])  # logged before its pod was followed
+    clock.now += 1.5
+    w.track({POD: (None, True)})  # appeared after the start: its counters start at 0
+    kills = w.check({POD: KillCounters(1)})
+    assert [(k.pid, k.victim_source, k.cgroup) for k in kills] == [(77, "kmsg", C2)]
+    clock.now += 5
+    assert w.check({POD: KillCounters(1)}) == []
+
+
+def test_a_group_kill_is_one_kill_however_many_processes_it_took() -> None:
+    w, clock = watcher()
+    w.track({POD: (None, True)})
+    kills = w.check({POD: KillCounters(3, 1)}, [victim(C1, 41)])
+    assert len(kills) == 1
+    clock.now += 3
+    assert w.check({POD: KillCounters(3, 1)}) == []  # the other two were the same kill
+    assert sum(w.counts.values()) == 1
+
+
+def test_f14_the_log_pid_never_names_a_process_outside_the_kill_cgroup() -> None:
+    w, _ = watcher()
+    w.track({POD: (None, True)})
+    # pid 42 is in the pod, but the log puts the victim in C2: no name from C1's table
+    kills = w.check({POD: KillCounters(1)}, [victim(C2, 42, "x")])
+    assert [(k.process, k.pid, k.cgroup) for k in kills] == [("x", 42, C2)]
+
+
+def test_v1_a_kill_logged_after_the_cgroup_went_is_counted_once_and_kept_on_the_pod() -> None:
+    w, clock = watcher()
+    w.track({C1: (POD, False)})
+    w.check({C1: KillCounters(2)})  # two kills before the start: history, in the pod count
+    assert w.pod_kills() == {POD: 2}
+    w.check({C1: KillCounters(3)}, [victim(C1, 41)])
+    assert w.pod_kills() == {POD: 3} and sum(w.counts.values()) == 1
+    # A young container killed and removed before its counter was ever read:
+    w.track({C2: (POD, True)}, labels={C2: CgroupLabels(Workload("ns", "vllm-0", "c2"),
+                                                        POD_W)})
+    w.check({}, [victim(C2, 90)])
+    w.track({}, removed=[C2])
+    clock.now += 2.5
+    kills = w.check({})
+    assert [(k.pid, k.victim_source, k.workload.container) for k in kills] == [
+        (90, "kmsg", "c2")]
+    assert w.pod_kills() == {POD: 4} and sum(w.counts.values()) == 2
+    # The same kill seen late by a counter (a read that raced the removal) is not another.
+    clock.now += 1
+    assert w.check({C2: KillCounters(1)}) == []
+    assert w.pod_kills() == {POD: 4} and sum(w.counts.values()) == 2
+
+
+def test_without_the_kernel_log_the_largest_gone_process_is_a_guess() -> None:
+    w, _ = watcher(kmsg=False, alive=frozenset({42}))
+    w.track({POD: (None, False)})
+    w.check({POD: KillCounters(0)})
+    kills = w.check({POD: KillCounters(1)})
+    assert [(k.process, k.pid, k.victim_source) for k in kills] == [("EngineCore", 41, "guess")]
+
+
+def test_a_log_line_for_a_cgroup_headroom_does_not_follow_is_dropped() -> None:
+    w, clock = watcher()
+    w.check({}, [victim("system.slice/sshd.service", 5)])
+    clock.now += RECENT + 1
+    assert w.check({}) == [] and w.counts == {}
+
+
+def test_f14_kmsg_a_process_named_like_a_pid_cannot_steer_the_victim() -> None:
+    spoof = OOM_KILL.replace("task=python,pid=26603", "task=x,pid=1,pid=26603")
+    v = parse_kmsg_record(spoof)
+    assert v is not None and (v.pid, v.comm) == (26603, "x,pid=1")
+    killed = parse_kmsg_record(KILLED.replace("(python)", "(x,pid=1)"))
+    assert killed is not None and killed.pid == 26603
+    paired, held = pair_victims([v, killed])
+    assert [(p.pid, p.memcg) for p in paired] == [(26603, v.memcg)] and held is None
+    # The second line's pid wins over anything read from the first.
+    forged = KernelVictim(1, "x", v.memcg, v.line)
+    assert [p.pid for p in pair_victims([forged, killed])[0]] == [26603]
+    # A summary whose second line has not been read yet waits for it.
+    assert pair_victims([v]) == ([], v)

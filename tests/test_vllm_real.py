@@ -28,7 +28,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collectors.vllm.discovery import fetch_kv_event_sources
-from exporter.collectors.vllm.kv_events import KvBlockTracker, KvEventSubscriber
+from exporter.collectors.vllm.kv_events import KvBlockTracker
+from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
 from exporter.collectors.vllm.metrics import GPU, fetch_text, scrape_vllm
 
 sys.path.insert(0, str(Path(__file__).parent))

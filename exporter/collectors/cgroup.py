@@ -32,10 +32,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter.catalog import EVENT_MAX, EVENT_OOM_KILL
 from exporter.model import CgroupMemory, CgroupRef, CgroupVersion
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
-from exporter.source import partial as partial_result
+from exporter.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+    partial_result,
+)
 
 V2_KERNEL_PARTS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc")
 V1_UNLIMITED_FLOOR = 1 << 62  # v1 reports "no limit" as PAGE_COUNTER_MAX pages
@@ -120,6 +129,9 @@ class RawCgroup:
     failcnt: str | None = None  # v1
     oom_control: str | None = None  # v1
     kmem_usage: str | None = None  # v1 memory.kmem.usage_in_bytes
+    high: str | None = None  # v2 memory.high (MemoryQoS throttling point)
+    min: str | None = None  # v2 memory.min (hard protection)
+    low: str | None = None  # v2 memory.low (best-effort protection)
 
 
 def partition(
@@ -198,18 +210,39 @@ def parse_events(raw: RawCgroup) -> dict[str, int]:
         return parse_flat_keyed(raw.events) if raw.events is not None else {}
     events: dict[str, int] = {}
     if raw.failcnt is not None:
-        events["max"] = int(raw.failcnt.strip() or 0)
+        events[EVENT_MAX] = int(raw.failcnt.strip() or 0)
     if raw.oom_control is not None:
         oom = parse_flat_keyed(raw.oom_control)
-        if "oom_kill" in oom:
-            events["oom_kill"] = oom["oom_kill"]
+        if EVENT_OOM_KILL in oom:
+            events[EVENT_OOM_KILL] = oom[EVENT_OOM_KILL]
     return events
 
 
-def parse_oom_kills(text: str) -> int | None:
-    """``oom_kill`` of memory.events(.local) (v2) or memory.oom_control (v1): kills of
-    processes in this cgroup, whichever limit was hit (the OOM watcher's counter)."""
-    return parse_flat_keyed(text).get("oom_kill")
+@dataclass(frozen=True)
+class KillCounters:
+    """A kill domain's counters (the OOM watcher's input): ``oom_kill`` counts processes
+    killed, whichever limit was hit; v2's ``oom_group_kill`` counts memory.oom.group kills
+    of a whole cgroup (one kill however many processes it took)."""
+
+    oom_kill: int
+    oom_group_kill: int = 0
+
+
+def parse_kill_counters(text: str) -> KillCounters | None:
+    """From memory.events (v2) or memory.oom_control (v1); None without an oom_kill key."""
+    keyed = parse_flat_keyed(text)
+    if EVENT_OOM_KILL not in keyed:
+        return None
+    return KillCounters(keyed[EVENT_OOM_KILL], keyed.get("oom_group_kill", 0))
+
+
+def parse_qos(text: str | None, unset: str) -> int | None:
+    """memory.high / memory.min / memory.low: bytes, or None when absent or ``unset``
+    (``max`` for high, ``0`` for the protections)."""
+    if text is None or text.strip() in ("", unset):
+        return None
+    value = text.strip()
+    return int(value) if value.isdigit() else None
 
 
 def parse_cgroup(raw: RawCgroup, node_memory: int) -> CgroupMemory:
@@ -230,6 +263,9 @@ def parse_cgroup(raw: RawCgroup, node_memory: int) -> CgroupMemory:
         swap=swap,
         events=parse_events(raw),
         pressure=parse_pressure(raw.pressure) if raw.pressure is not None else {},
+        high=parse_qos(raw.high, "max"),
+        min=parse_qos(raw.min, "0"),
+        low=parse_qos(raw.low, "0"),
     )
 
 
@@ -276,6 +312,9 @@ def read_raw(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> 
             events=_read(read, f(rel, "memory.events")),
             pressure=_read(read, f(rel, "memory.pressure")),
             swap_current=_read(read, f(rel, "memory.swap.current")),
+            high=_read(read, f(rel, "memory.high")),
+            min=_read(read, f(rel, "memory.min")),
+            low=_read(read, f(rel, "memory.low")),
         )
     return RawCgroup(
         version=1,
@@ -314,18 +353,16 @@ def read_lifetime_peak(
         return None
 
 
-def read_oom_kills(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> (
-    int | None
+def read_kill_counters(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> (
+    KillCounters | None
 ):
-    """The kill counter of one cgroup (None when the kernel has no such counter). v2 reads
-    ``memory.events.local`` first: the cgroup's own kills, not its descendants'."""
-    names = ("memory.events.local", "memory.events") if hierarchy.version == 2 else (
-        "memory.oom_control",)
-    for name in names:
-        text = _read(read, hierarchy.file(rel, name))
-        if text is not None:
-            return parse_oom_kills(text)
-    return None
+    """The kill counters of one cgroup (None when the kernel has none): v2
+    ``memory.events`` (hierarchical: a pod-level cgroup counts its containers' kills; its
+    ``memory.events.local`` never moves, it holds no processes: seen on a real v2
+    kernel), v1 ``memory.oom_control`` (the cgroup's own processes only). Raises
+    CgroupGone when the cgroup was removed."""
+    name = "memory.events" if hierarchy.version == 2 else "memory.oom_control"
+    return parse_kill_counters(_must_read(read, hierarchy.file(rel, name)))
 
 
 def node_memory_bytes(meminfo: str, key: str = "MemTotal") -> int:

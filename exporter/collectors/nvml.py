@@ -264,4 +264,5 @@ def _build(_settings: NoSettings, _paths: HostPaths) -> NvmlSource:
     return NvmlSource()
 
 
-SPEC = SourceSpec(KEY, "GPU memory per device and per process (NVML)", NoSettings, _build)
+SPEC = SourceSpec(KEY, "GPU memory per device and per process (NVML)", NoSettings, _build,
+                  needs_cgroups=False)

@@ -194,8 +194,6 @@ MAX_TREE = 512  # processes of one container whose parents are read to find an A
 class ProcfsCollector:
     """Holds the PSS cache and the name cache between scrapes; used from one thread."""
 
-    name = "procfs"
-
     def __init__(
         self,
         paths: HostPaths,

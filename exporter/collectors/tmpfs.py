@@ -29,7 +29,7 @@ from exporter.source import (
     SourceBase,
     SourceSpec,
     in_thread,
-    partial,
+    partial_result,
 )
 
 SHM = "/dev/shm"
@@ -195,7 +195,7 @@ class TmpfsSource(SourceBase):
                     break
                 result[owner] = tuple(found)
                 break
-        return partial(TmpfsData(result), errors, "pods")
+        return partial_result(TmpfsData(result), errors, "pods")
 
 
 SPEC = SourceSpec(KEY, "tmpfs mounts of each pod: /dev/shm and emptyDir medium Memory",

@@ -39,7 +39,15 @@ from exporter.collectors import procfs, tmpfs
 from exporter.model import CgroupRef
 from exporter.paths import HostPaths
 from exporter.settings import Settings, parse_duration, positive, setting
-from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread, partial
+from exporter.source import (
+    Context,
+    Key,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+    partial_result,
+)
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
 
@@ -296,7 +304,7 @@ class TmpfsOrphansSource(SourceBase):
                        for o in result if not o.complete]
         for gone in set(self._scans) - set(out):
             del self._scans[gone]
-        return partial(TmpfsOrphansData(out), errors, "pods")
+        return partial_result(TmpfsOrphansData(out), errors, "pods")
 
     def _host_shm_dev(self) -> int | None:
         try:

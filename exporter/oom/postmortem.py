@@ -8,10 +8,12 @@ from typing import Any
 
 from exporter.collectors.kmsg import KmsgReader
 from exporter.join import Snapshot, VllmView
-from exporter.model import ProcessStatus, Workload
+from exporter.model import CgroupRef, PodDirectory, ProcessStatus, Workload
 from exporter.oom.documents import DocumentStore, kill_document
 from exporter.oom.recorder import EngineRecord, FlightRecorder, ScrapeRecord
 from exporter.oom.watcher import CgroupLabels, OomKill, OomWatcher, ProcessEntry
+from exporter.sampler import Sample
+from exporter.workloads import workload_of
 
 TOP_PROCESSES = 5  # process names kept per scrape record
 
@@ -42,19 +44,33 @@ def _engines(v: VllmView) -> list[EngineRecord]:
             for e in v.stats.engines]
 
 
+def labels_of(ref: CgroupRef, pods: PodDirectory | None) -> CgroupLabels:
+    """The labels of a cgroup no scrape has seen yet (found by the sampler)."""
+    workload = workload_of(ref, pods)
+    if ref.pod_uid is None or ref.is_pod_level:
+        return CgroupLabels(workload, workload)
+    pod = CgroupRef(path=ref.path.rsplit("/", 1)[0], pod_uid=ref.pod_uid, qos=ref.qos)
+    return CgroupLabels(workload, workload_of(pod, pods))
+
+
 class PostMortem:
     def __init__(self, watcher: OomWatcher, recorder: FlightRecorder, store: DocumentStore,
-                 kmsg: KmsgReader | None = None) -> None:
+                 kmsg: KmsgReader | None = None, pods: PodDirectory | None = None) -> None:
         self.watcher = watcher
         self.recorder = recorder
         self.store = store
         self.kmsg = kmsg
+        self.pods = pods
 
     # On the sampler thread.
-    def on_sample(self, usage: Mapping[str, int], counters: Mapping[str, int]) -> None:
-        self.recorder.record_usage(usage)
+    def on_sample(self, sample: Sample) -> None:
+        self.recorder.record_usage(sample.usage)
+        if sample.added or sample.removed or sample.found:
+            self.watcher.track(
+                {path: (d.pod, d.young) for path, d in sample.added.items()}, sample.removed,
+                {r.path: labels_of(r, self.pods) for r in sample.found})
         victims = self.kmsg.read_victims() if self.kmsg is not None else []
-        for k in self.watcher.check(counters, victims):
+        for k in self.watcher.check(sample.counters, victims):
             self._publish(k)
 
     # On the event loop, after every scrape.
@@ -72,6 +88,10 @@ class PostMortem:
 
     def counts(self) -> dict[tuple[Workload, str], int]:
         return dict(self.watcher.counts)
+
+    def pod_kills(self) -> dict[str, int]:
+        """v1 pod-level cgroup -> kills in its containers (the kernel counts none there)."""
+        return self.watcher.pod_kills()
 
     def _publish(self, k: OomKill) -> None:
         pod_path = next((p for p, lb in self.watcher.labels.items()

@@ -1,14 +1,33 @@
-"""The OOM watcher: turns kill-counter increases and kernel-log victims into named kills.
+"""The OOM watcher: the one place kills are counted. Kill-counter increases and kernel-log
+victims become named kills, each counted once.
 
-Fed on the sampler thread (about once a second) with each kill domain's ``oom_kill``
-counter (``collectors/cgroup.read_oom_kills``) and the kernel-log victims read since
-(``collectors/kmsg.py``), and after every scrape with each cgroup's labels and process
-table. A kill domain is a pod-level cgroup on v2 (hierarchical: it outlives the container
-the kernel killed in) and a container cgroup on v1 (v1 counts only in the victim's own
-cgroup). The victim comes from the kernel log when readable, its full name from the last
-process tables (comm is cut at 15 characters); without the kernel log, the largest process
-of that cgroup that is gone is named, marked as a guess. Time and liveness are injected,
-so every path is tested without a kernel (tests/test_postmortem.py).
+Fed on the sampler thread with the kill counters it read (``collectors/cgroup.
+read_kill_counters``), the kernel-log victims read since (``collectors/kmsg.py``) and the
+kill domains it follows; after every scrape with each cgroup's labels and process table.
+
+- **Kill domains.** A pod-level cgroup on v2 (``memory.events`` is hierarchical: it
+  outlives the container the kernel killed in), each container cgroup on v1 (v1 counts a
+  kill only in the victim's own cgroup), a tracked cgroup outside Kubernetes as it is.
+- **One kill, one count.** v2 with ``memory.oom.group`` (Kubernetes sets it on v2 nodes)
+  kills every process of the container: ``oom_kill`` rises once per process signalled (the
+  chosen victim twice: 3 for 2 processes on 6.1) and ``oom_group_kill`` by one. A rise of
+  ``oom_group_kill`` is one kill per group.
+- **History is not news** (F3). A domain's counters at its first read are the baseline,
+  unless the domain appeared after the exporter's first listing of the node
+  (``young``): its counters then started at zero after headroom did, and a kill read at
+  the first look is counted (a container killed before any scrape, F12).
+- **The victim** comes from the kernel log when readable (its pid confirmed, never parsed
+  from a process name: F14), its full name from the last process tables (comm is cut at
+  15 characters) when a scrape saw it; without the log, the largest process of that domain
+  that is gone is named, marked as a guess. A log victim whose counter was never seen to
+  move (the runtime removed a v1 container's cgroup first) is counted from the log, and a
+  later rise of that counter is then the same kill, not another.
+- **The pod-level count on v1**: the kernel counts nothing there, so the watcher keeps it:
+  the containers' counters at first read plus every kill counted since; a container's
+  kills stay in its pod's count after the runtime removes its cgroup.
+
+Time and liveness are injected: every path is tested without a kernel
+(tests/test_postmortem.py).
 """
 
 from __future__ import annotations
@@ -20,13 +39,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.collectors.cgroup import KillCounters
 from exporter.collectors.kmsg import KernelVictim
 from exporter.model import Workload
 
 UNKNOWN = "unknown"
-GUESS_WAIT = 2.0  # seconds to wait for a killed process to vanish before naming none
-VICTIM_GRACE = 2.0  # a log victim whose counter was not seen by then is counted from the log
-RECENT = 30.0  # seconds a published kill is remembered, to match its log line once
+GUESS_WAIT = 2.0  # seconds to wait for the kernel log to name a counted kill
+VICTIM_GRACE = 2.0  # a log victim whose counter was not seen to move by then is counted
+RECENT = 30.0  # seconds a removed domain, a victim or a log-counted kill is remembered
 
 
 @dataclass(frozen=True)
@@ -55,10 +75,13 @@ class OomKill:
     victim_source: str  # "kmsg", "guess" or "unknown"
 
 
-def kill_domains(refs: Iterable[tuple[str, str | None, bool]], version: int) -> list[str]:
-    """(path, pod uid, is pod level) -> the cgroups whose counters count each kill once."""
-    return [path for path, pod_uid, pod_level in refs
-            if pod_uid is None or (pod_level if version == 2 else not pod_level)]
+def kills_between(before: KillCounters, after: KillCounters) -> int:
+    """Kill events between two reads of one domain: a group kill is one, whatever the
+    number of processes it took (a fresh cgroup under the same path restarts at 0)."""
+    if after.oom_kill < before.oom_kill or after.oom_group_kill < before.oom_group_kill:
+        before = KillCounters(0, 0)
+    groups = after.oom_group_kill - before.oom_group_kill
+    return groups if groups > 0 else after.oom_kill - before.oom_kill
 
 
 def _within(path: str, domain: str) -> bool:
@@ -76,8 +99,18 @@ def pid_alive(procfs: Path) -> Callable[[int], bool]:
     return alive
 
 
+@dataclass
+class _Domain:
+    pod: str | None  # the pod-level cgroup on v1 (the count kept there), else None
+    young: bool
+    last: KillCounters | None = None
+    credit: list[float] | None = None  # times of kills counted from the log, not yet read
+    removed_at: float | None = None
+
+
 class OomWatcher:
-    """Thread-safe: ``observe`` runs on the event loop, ``check`` on the sampler thread."""
+    """Thread-safe: ``observe``/``forget`` run on the event loop, ``track``/``check`` on
+    the sampler thread."""
 
     def __init__(self, is_alive: Callable[[int], bool], kmsg_available: bool,
                  clock: Callable[[], float] = time.time) -> None:
@@ -86,19 +119,23 @@ class OomWatcher:
         self._clock = clock
         self._lock = threading.Lock()
         self.counts: dict[tuple[Workload, str], int] = {}
-        self._last: dict[str, int] = {}  # cgroup -> last oom_kill count
-        self._baselined = False
+        self._domains: dict[str, _Domain] = {}
+        self._pod_kills: dict[str, int] = {}  # v1 pod-level cgroup -> its kill count
         self._pending: list[tuple[str, float]] = []  # kills to name: (domain, seen)
-        self._recent: list[tuple[float, str, str, int | None]] = []  # time, cgroup, src, pid
         self.labels: dict[str, CgroupLabels] = {}
+        self._seen: dict[str, float] = {}  # cgroup -> when a scrape or listing last had it
         self._processes: dict[str, tuple[ProcessEntry, ...]] = {}
         self._previous: dict[str, tuple[ProcessEntry, ...]] = {}
         self._victims: deque[tuple[float, KernelVictim]] = deque(maxlen=256)
 
+    # --- the event loop ------------------------------------------------------------------
+
     def observe(self, labels: Mapping[str, CgroupLabels],
                 processes: Mapping[str, Sequence[ProcessEntry]]) -> None:
+        now = self._clock()
         with self._lock:
             self.labels.update(labels)
+            self._seen.update(dict.fromkeys(labels, now))
             for path, procs in processes.items():
                 # Keep the previous scrape's processes too: the victim of a kill being
                 # named right now is already missing from the newest table.
@@ -106,68 +143,124 @@ class OomWatcher:
                 self._processes[path] = tuple(procs)
 
     def forget(self, live: Iterable[str]) -> None:
-        keep = set(live)
+        """Labels and processes of cgroups unseen for ``RECENT``: a kill named from the
+        log just after its cgroup was removed still has its labels."""
+        now = self._clock()
         with self._lock:
-            for d in (self._last, self.labels, self._processes, self._previous):
-                for path in [p for p in d if p not in keep]:
-                    del d[path]
+            self._seen.update(dict.fromkeys(live, now))
+            for path in [p for p, t in self._seen.items() if now - t > RECENT]:
+                del self._seen[path]
+                for d in (self.labels, self._processes, self._previous):
+                    d.pop(path, None)
 
-    def check(self, counters: Mapping[str, int],
+    def pod_kills(self) -> dict[str, int]:
+        """v1: pod-level cgroup -> kills in its containers (see the module docstring)."""
+        with self._lock:
+            return dict(self._pod_kills)
+
+    # --- the sampler thread --------------------------------------------------------------
+
+    def track(self, added: Mapping[str, tuple[str | None, bool]],
+              removed: Iterable[str] = (), labels: Mapping[str, CgroupLabels] | None = None,
+              ) -> None:
+        """Kill domains followed from now: path -> (its v1 pod-level cgroup or None,
+        young); ``labels`` of cgroups no scrape has seen yet; ``removed`` domains are kept
+        for ``RECENT`` so a log line about them is still theirs."""
+        now = self._clock()
+        with self._lock:
+            for path, (pod, young) in added.items():
+                d = self._domains.get(path)
+                if d is None or d.removed_at is not None:
+                    self._domains[path] = _Domain(pod, young)
+                    if pod is not None:
+                        self._pod_kills.setdefault(pod, 0)
+            for path in removed:
+                d = self._domains.get(path)
+                if d is not None and d.removed_at is None:
+                    d.removed_at = now
+            for path, lb in (labels or {}).items():
+                self.labels.setdefault(path, lb)
+                self._seen.setdefault(path, now)
+
+    def check(self, counters: Mapping[str, KillCounters],
               victims: Sequence[KernelVictim] = ()) -> list[OomKill]:
-        """``counters``: kill domain -> its oom_kill count. Kernel-log victims are matched
-        to the domain they belong to; one whose cgroup vanished before its counter was
-        read is still counted from the log after a short grace period."""
+        """``counters``: the domains read this pass (not necessarily all of them)."""
         now = self._clock()
         kills: list[OomKill] = []
         with self._lock:
             self._victims.extend((now, v) for v in victims)
-            for path, count in counters.items():
-                before = self._last.get(path)
-                if before is None:
-                    # Kills from before the exporter started are history; a cgroup that
-                    # appears later started from 0 (a kill right after its creation, before
-                    # our first read, still counts).
-                    before = count if not self._baselined else 0
-                self._last[path] = count
-                self._pending.extend((path, now) for _ in range(max(0, count - before)))
+            for path, c in counters.items():
+                self._count(path, c, now)
+            found: list[tuple[str, OomKill]] = []
             still: list[tuple[str, float]] = []
             for path, seen in self._pending:
-                kill = self._kill(path, now, give_up=now - seen >= GUESS_WAIT)
+                kill = self._name(path, now, give_up=now - seen >= GUESS_WAIT)
                 if kill is None:
                     still.append((path, seen))
                 else:
-                    kills.append(kill)
+                    found.append((path, kill))
             self._pending = still
-            kills.extend(self._unmatched_victims(now))
-            for k in kills:
+            found.extend(self._log_only(now))
+            for domain, k in found:
                 key = (k.pod_workload, k.process)
                 self.counts[key] = self.counts.get(key, 0) + 1
-                self._recent.append((k.time, k.cgroup, k.victim_source, k.pid))
-            self._recent = [r for r in self._recent if now - r[0] < RECENT]
-            self._baselined = True
+                pod = self._domains[domain].pod if domain in self._domains else None
+                if pod is not None:
+                    self._pod_kills[pod] = self._pod_kills.get(pod, 0) + 1
+                kills.append(k)
+            self._expire(now)
         return kills
 
-    def _unmatched_victims(self, now: float) -> list[OomKill]:
+    def _count(self, path: str, c: KillCounters, now: float) -> None:
+        d = self._domains.get(path)
+        if d is None:  # read before ``track`` named it: a tracked cgroup, never young
+            d = self._domains[path] = _Domain(None, young=False)
+        if d.last is None:
+            if not d.young:
+                d.last = c  # history: the baseline (F3)
+                if d.pod is not None:
+                    self._pod_kills[d.pod] = self._pod_kills.get(d.pod, 0) + c.oom_kill
+                return
+            d.last = KillCounters(0, 0)  # born after the exporter started: all news (F12)
+        n = kills_between(d.last, c)
+        d.last = c
+        while n > 0 and d.credit:  # already counted from the kernel log
+            d.credit.pop(0)
+            n -= 1
+        self._pending.extend((path, now) for _ in range(max(0, n)))
+
+    def _log_only(self, now: float) -> list[tuple[str, OomKill]]:
+        """Log victims no counter rise claimed within ``VICTIM_GRACE``: counted from the
+        log when they belong to a domain followed now or lately, else dropped after
+        ``RECENT`` (not headroom's cgroup, or one it never saw)."""
         kills = []
         for seen, v in list(self._victims):
-            if now - seen < VICTIM_GRACE or not v.memcg:
+            if now - seen < VICTIM_GRACE:
+                continue
+            domain = self._domain_of(v.memcg) if v.memcg else None
+            if domain is None:
+                if now - seen > RECENT or not v.memcg:
+                    self._victims.remove((seen, v))
                 continue
             self._victims.remove((seen, v))
-            domain = self._domain_of(v.memcg)
-            if domain is None:
-                continue
-            if any(pid == v.pid or (_within(d, domain) and src != "kmsg")
-                   for _, d, src, pid in self._recent):
-                # The counter saw this kill first and it was named by a guess: the log
-                # line is the same kill, not another.
-                self._recent = [r for r in self._recent if not _within(r[1], domain)]
-                continue
-            kills.append(self._from_victim(domain, v, now))  # cgroup gone before read
+            d = self._domains[domain]
+            d.credit = [*(d.credit or []), now]
+            kills.append((domain, self._from_victim(domain, v, now)))
         return kills
+
+    def _expire(self, now: float) -> None:
+        for path, d in list(self._domains.items()):
+            if d.credit:
+                d.credit = [t for t in d.credit if now - t < RECENT]
+            if d.removed_at is not None and now - d.removed_at > RECENT:
+                del self._domains[path]
+        live_pods = {d.pod for d in self._domains.values() if d.pod is not None}
+        for pod in [p for p in self._pod_kills if p not in live_pods]:
+            del self._pod_kills[pod]
 
     def _domain_of(self, memcg: str) -> str | None:
         best = None
-        for path in self.labels:
+        for path in self._domains:
             if _within(memcg, path) and (best is None or len(path) > len(best)):
                 best = path
         return best
@@ -187,25 +280,25 @@ class OomWatcher:
         return self.labels.get(path, self.labels.get(domain, CgroupLabels(fallback, fallback)))
 
     def _from_victim(self, domain: str, v: KernelVictim, now: float) -> OomKill:
-        names = self._names(domain)
-        cgroup = names[v.pid][2] if v.pid in names else (v.memcg or domain)
+        # The full name only from a process table of this very cgroup (a pid the log
+        # names is checked against the cgroup the log puts it in).
+        names = self._names(v.memcg or domain)
+        known = names.get(v.pid)
+        cgroup = known[2] if known else (v.memcg or domain)
         labels = self._labels_of(cgroup, domain)
-        name = names[v.pid][0] if v.pid in names else v.comm
-        return OomKill(now, cgroup, labels.workload, labels.pod, name, v.pid, "kmsg")
+        return OomKill(now, cgroup, labels.workload, labels.pod,
+                       known[0] if known else v.comm, v.pid, "kmsg")
 
-    def _kill(self, domain: str, now: float, give_up: bool) -> OomKill | None:
+    def _name(self, domain: str, now: float, give_up: bool) -> OomKill | None:
         """The kill in ``domain``: from the kernel log, else the largest process that is
-        gone; None while the victim may still be exiting (the counter moves first)."""
-        for seen, v in reversed(self._victims):
-            if now - seen < RECENT and (_within(v.memcg, domain)
-                                        or (not v.memcg and v.pid in self._names(domain))):
-                # The kernel logs one kill on two lines (oom-kill: and Killed process):
-                # consume both.
-                for entry in [e for e in self._victims if e[1].pid == v.pid]:
-                    self._victims.remove(entry)
+        gone; None while the log may still name it (the counter can move first)."""
+        for entry in self._victims:
+            v = entry[1]
+            if v.memcg and _within(v.memcg, domain):
+                self._victims.remove(entry)
                 return self._from_victim(domain, v, now)
         if not give_up and self._kmsg:
-            return None  # the kernel log names the victim within moments: wait for it
+            return None
         gone = [(rss, pid, name, path) for pid, (name, rss, path) in self._names(domain).items()
                 if not self._is_alive(pid)]
         if not gone and not give_up:

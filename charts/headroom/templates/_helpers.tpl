@@ -112,8 +112,11 @@ Arguments of `headroom serve`, as a YAML list (toYaml quotes what needs quoting)
 {{- if .Values.kmsg.enabled }}
 {{- $args = append $args (printf "--path.kmsg=%s" (include "headroom.kmsgMount" .)) }}
 {{- end }}
-{{- range $name := list "cgroup" "procfs" "tmpfs" "tmpfs_orphans" "nvml" "vllm" }}
-{{- $args = append $args (printf "--%scollector.%s" (ternary "" "no-" (index $e.collectors $name)) $name) }}
+{{- /* Collectors and their settings, in the registry's order (files/sources.yaml is
+written by `headroom generate` from exporter/registry.py). */}}
+{{- $sources := (.Files.Get "files/sources.yaml" | fromYaml).sources }}
+{{- range $src := $sources }}
+{{- $args = append $args (printf "--%scollector.%s" (ternary "" "no-" (index $e.collectors $src.name)) $src.name) }}
 {{- end }}
 {{- if .Values.kubernetes.enabled }}
 {{- $args = append $args "--collector.kubernetes" }}
@@ -121,14 +124,18 @@ Arguments of `headroom serve`, as a YAML list (toYaml quotes what needs quoting)
 {{- else }}
 {{- $args = append $args "--no-collector.kubernetes" }}
 {{- end }}
-{{- with $e.procfs.maxProcesses }}
-{{- $args = append $args (printf "--procfs.max-processes=%v" .) }}
+{{- range $src := $sources }}
+{{- $values := index $e $src.name | default dict }}
+{{- range $s := $src.settings }}
+{{- $v := index $values $s.value }}
+{{- if $s.repeat }}
+{{- range $item := $v }}
+{{- $args = append $args (printf "%s=%v" $s.flag $item) }}
 {{- end }}
-{{- with $e.procfs.pssInterval }}
-{{- $args = append $args (printf "--procfs.pss-interval=%s" .) }}
+{{- else if $v }}
+{{- $args = append $args (printf "%s=%v" $s.flag $v) }}
 {{- end }}
-{{- with $e.procfs.pssMaxRss }}
-{{- $args = append $args (printf "--procfs.pss-max-rss=%s" .) }}
+{{- end }}
 {{- end }}
 {{- with $e.sampler.interval }}
 {{- $args = append $args (printf "--sampler.interval=%s" .) }}

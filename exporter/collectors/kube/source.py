@@ -5,13 +5,18 @@ health as ``headroom_collector_success{collector="kubernetes"}``."""
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from exporter.collectors.kube.parse import api_url_from_env
 from exporter.collectors.kube.watch import (
     DEFAULT_CA_PATH,
     DEFAULT_TOKEN_PATH,
     KubePodWatcher,
-    in_cluster,
+    PathLike,
+    SessionFactory,
 )
 from exporter.model import PodInfo
 from exporter.paths import HostPaths
@@ -59,6 +64,41 @@ class KubernetesSource(SourceBase):
         return Result(KubeHealth(len(w.pods)))
 
 
+def in_cluster(
+    node_name: str,
+    *,
+    token_path: PathLike = DEFAULT_TOKEN_PATH,
+    ca_path: PathLike = DEFAULT_CA_PATH,
+    environ: Mapping[str, str] | None = None,
+    request_timeout: float = 10.0,
+    session_factory: SessionFactory | None = None,
+) -> KubePodWatcher | None:
+    """A watcher configured from the standard in-cluster environment, or None.
+
+    None outside a cluster (no ``KUBERNETES_SERVICE_HOST``/``_PORT`` or no token), or
+    without a node name: the caller then labels pods by UID, as the contract says.
+    """
+    env = os.environ if environ is None else environ
+    url = api_url_from_env(env)
+    if url is None:
+        log.info("kubernetes API: not in a cluster (no KUBERNETES_SERVICE_HOST/_PORT)")
+        return None
+    if not Path(token_path).is_file():
+        log.warning("kubernetes API: no service account token at %s; pods keep UIDs", token_path)
+        return None
+    if not node_name:
+        # Without it we would list every pod of the cluster: refuse.
+        log.warning(
+            "kubernetes API: node name unknown (set it from spec.nodeName with the "
+            "downward API); pods keep UIDs"
+        )
+        return None
+    ca = ca_path if Path(ca_path).is_file() else None
+    return KubePodWatcher(
+        url, token_path, ca, node_name, request_timeout, session_factory,
+    )
+
+
 def watcher_for(settings: KubernetesSettings) -> KubePodWatcher | None:
     """The watcher ``headroom serve`` runs: ``--kubernetes.api-url`` or in-cluster.
 
@@ -84,4 +124,4 @@ def _build(settings: KubernetesSettings, _paths: HostPaths) -> KubernetesSource 
 
 
 SPEC = SourceSpec(KEY, "pod names from the Kubernetes API (LIST+WATCH of this node's pods)",
-                  KubernetesSettings, _build, chart=False)
+                  KubernetesSettings, _build, chart=False, needs_cgroups=False)

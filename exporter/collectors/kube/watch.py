@@ -28,7 +28,6 @@ from exporter.collectors.kube.parse import (
     MAX_LINE_BYTES,
     LineSplitter,
     WatchEvent,
-    api_url_from_env,
     as_list,
     as_mapping,
     as_str,
@@ -395,38 +394,3 @@ class KubePodWatcher:
                 message, len(self._pods),
             )
             self._logged_error = message
-
-
-def in_cluster(
-    node_name: str,
-    *,
-    token_path: PathLike = DEFAULT_TOKEN_PATH,
-    ca_path: PathLike = DEFAULT_CA_PATH,
-    environ: Mapping[str, str] | None = None,
-    request_timeout: float = 10.0,
-    session_factory: SessionFactory | None = None,
-) -> KubePodWatcher | None:
-    """A watcher configured from the standard in-cluster environment, or None.
-
-    None outside a cluster (no ``KUBERNETES_SERVICE_HOST``/``_PORT`` or no token), or
-    without a node name: the caller then labels pods by UID, as the contract says.
-    """
-    env = os.environ if environ is None else environ
-    url = api_url_from_env(env)
-    if url is None:
-        log.info("kubernetes API: not in a cluster (no KUBERNETES_SERVICE_HOST/_PORT)")
-        return None
-    if not Path(token_path).is_file():
-        log.warning("kubernetes API: no service account token at %s; pods keep UIDs", token_path)
-        return None
-    if not node_name:
-        # Without it we would list every pod of the cluster: refuse.
-        log.warning(
-            "kubernetes API: node name unknown (set it from spec.nodeName with the "
-            "downward API); pods keep UIDs"
-        )
-        return None
-    ca = ca_path if Path(ca_path).is_file() else None
-    return KubePodWatcher(
-        url, token_path, ca, node_name, request_timeout, session_factory,
-    )

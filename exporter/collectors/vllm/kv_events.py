@@ -1,195 +1,43 @@
-"""Live prefix-cache blocks per engine, counted from vLLM's KV cache events (ZMQ).
+"""Live prefix-cache blocks per engine, counted from vLLM's KV cache events.
 
-Wire format (vllm/distributed/kv_events.py, ZmqEventPublisher): each message has three
-frames: topic, an 8-byte big-endian sequence number, and a msgpack ``EventBatch``. The batch
-is a msgspec struct with ``array_like=True``: ``[ts, events, data_parallel_rank]`` (the rank
-omitted when it is the default). Events are tagged structs, tag first in the legacy array
-layout (``["BlockStored", block_hashes, parent, token_ids, block_size, lora_id, medium,
-...]``) and a map with a ``"type"`` key in 0.2x+ (``{"type": "BlockStored", "block_hashes":
-..., "medium": "GPU", "group_idx": 0}``); both are read. Hashes are ints (old) or bytes.
-
-Replay: a DEALER socket sends ``[b"", start_seq(8 bytes)]`` to the ROUTER replay endpoint;
-it answers one message per buffered batch from ``start_seq`` on, then an end marker with
-sequence -1 (signed 8 bytes). 0.32 answers ``[b"", topic, seq, payload]`` and ends with
-``[b"", b"", -1, b""]``; older releases leave the topic out (``[b"", seq, payload]``, end
-``[b"", -1, b""]``). Both are read. (A REQ socket would get only the first reply.)
-
-``KvBlockTracker`` is the pure state machine: set semantics per (engine, medium, group),
-gap detection with held batches until a replay fills the hole, reset when the sequence
-goes backwards (the engine restarted and its publisher counts from 0 again), a cap on
-hashes, garbage counted and skipped. ``KvEventSubscriber`` is the thin zmq.asyncio loop.
+``KvBlockTracker`` is the pure state machine fed with the batches ``kv_wire.py`` decodes:
+set semantics per (engine, medium, group), gap detection with held batches until a replay
+fills the hole, reset when the sequence goes backwards (the engine restarted and its
+publisher counts from 0 again), caps on blocks, media and engines, garbage counted and
+skipped, and counts that are exported only while exact. ``kv_subscriber.py`` is the thin
+zmq.asyncio loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import msgpack
-import zmq
-import zmq.asyncio
-import zmq.utils.monitor
+from exporter.collectors.vllm.kv_wire import (
+    END_SEQ,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventBatch,
+    KvEventDecodeError,
+    decode_batch,
+    is_replay_end,
+    replay_frames,
+)
 
-from exporter.collectors.vllm.discovery import KvEventEndpoint
+# The wire types are part of this module's interface (the tracker's input).
+__all__ = [
+    "DEFAULT_MAX_BLOCKS", "DEFAULT_MAX_HELD", "END_SEQ", "AllBlocksCleared", "BlockRemoved",
+    "BlockStored", "KvBlockTracker", "KvEventBatch", "KvEventDecodeError", "LostReason",
+    "MediumKey", "Outcome", "TrackerStats", "decode_batch", "is_replay_end", "replay_frames",
+]
 
 log = logging.getLogger(__name__)
 
-END_SEQ = -1
 DEFAULT_MAX_BLOCKS = 1_000_000  # per tracker (one publisher = one engine); ~70 MB of ints
 DEFAULT_MAX_HELD = 10_000  # live batches held while a replay fills a gap
-
-
-class KvEventDecodeError(ValueError):
-    """A frame or payload that is not a vLLM KV event batch."""
-
-
-# --- decoding ------------------------------------------------------------------------
-
-MAX_DP_RANK = 1 << 16  # a rank beyond this is not a real engine: the batch is garbage
-MAX_MEDIUM_CHARS = 16  # vLLM's media are "GPU", "CPU", "STORAGE"
-DEVICE_MEDIUM = "gpu"  # vLLM's own block pool: where AllBlocksCleared comes from
-
-
-@dataclass(frozen=True)
-class BlockStored:
-    hashes: tuple[int, ...]  # Python hash() of each block hash: compact, stable per process
-    medium: str  # "gpu", "cpu", ... (lowercase; None on old releases means gpu)
-    group: int | None
-
-
-@dataclass(frozen=True)
-class BlockRemoved:
-    hashes: tuple[int, ...]
-    medium: str
-    group: int | None
-
-
-@dataclass(frozen=True)
-class AllBlocksCleared:
-    """vLLM's block pool was reset (``reset_prefix_cache``, sleep, pause with clear).
-
-    vLLM's event names no medium: only its device block pool sends it (v1/core/block_pool.py
-    ``reset_prefix_cache``); the CPU offload tier's manager resets without any event. A
-    medium, should a later release add one, is honoured."""
-
-    medium: str = DEVICE_MEDIUM
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
-@dataclass(frozen=True)
-class KvEventBatch:
-    ts: float
-    events: tuple[KvEvent, ...]
-    dp_rank: int | None
-
-
-def _hashes(raw: Any) -> tuple[int, ...]:
-    if not isinstance(raw, list):
-        raise KvEventDecodeError(f"block_hashes is {type(raw).__name__}, not a list")
-    for h in raw:
-        if not isinstance(h, int | bytes | str) or isinstance(h, bool):
-            raise KvEventDecodeError(f"block hash of type {type(h).__name__}")
-    # hash() keeps ints as they are and folds 32-byte digests to 64 bits: a collision
-    # among a million live blocks has odds of about 1 in 10^7.
-    return tuple(hash(h) for h in raw)
-
-
-def _medium(raw: Any) -> str:
-    """Lowercase medium; None (releases before media) is the device. Anything that could
-    not be a medium name makes the batch garbage: it would become a label value."""
-    if raw is None or raw == "":
-        return DEVICE_MEDIUM
-    if (not isinstance(raw, str) or len(raw) > MAX_MEDIUM_CHARS
-            or not raw.replace("_", "").isalnum() or not raw.isascii()):
-        raise KvEventDecodeError(f"medium {str(raw)[:40]!r}")
-    return raw.lower()
-
-
-def _group(raw: Any) -> int | None:
-    return raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-
-
-def _at(seq: Sequence[Any], i: int) -> Any:
-    return seq[i] if i < len(seq) else None
-
-
-def _decode_event(raw: Any) -> KvEvent | None:
-    """One event; None for an event type this version of headroom does not know.
-
-    Two layouts: msgspec tagged structs as maps with a ``"type"`` key (vLLM 0.2x+), and
-    the older ``array_like`` arrays with the tag first and the fields in declaration
-    order (BlockStored: hashes, parent, token_ids, block_size, lora_id, medium,
-    lora_name, extra_keys, group_idx; BlockRemoved: hashes, medium, group_idx). Fields
-    this version does not know are ignored in both."""
-    if isinstance(raw, Mapping):
-        tag = raw.get("type")
-        if tag == "BlockStored":
-            return BlockStored(
-                _hashes(raw.get("block_hashes")), _medium(raw.get("medium")),
-                _group(raw.get("group_idx")),
-            )
-        if tag == "BlockRemoved":
-            return BlockRemoved(
-                _hashes(raw.get("block_hashes")), _medium(raw.get("medium")),
-                _group(raw.get("group_idx")),
-            )
-        if tag == "AllBlocksCleared":
-            return AllBlocksCleared(_medium(raw.get("medium")))
-    elif isinstance(raw, list) and raw and isinstance(raw[0], str):
-        tag = raw[0]
-        if tag == "BlockStored":
-            return BlockStored(_hashes(_at(raw, 1)), _medium(_at(raw, 6)), _group(_at(raw, 9)))
-        if tag == "BlockRemoved":
-            return BlockRemoved(_hashes(_at(raw, 1)), _medium(_at(raw, 2)), _group(_at(raw, 3)))
-        if tag == "AllBlocksCleared":
-            return AllBlocksCleared(_medium(_at(raw, 1)))
-    else:
-        raise KvEventDecodeError(f"event is {type(raw).__name__}, not a tagged struct")
-    if not isinstance(tag, str):
-        raise KvEventDecodeError(f"event tag {str(tag)[:40]!r}")
-    return None
-
-
-def decode_batch(payload: bytes) -> KvEventBatch:
-    """msgpack ``[ts, events, dp_rank?]`` -> ``KvEventBatch``; ``KvEventDecodeError`` if not."""
-    try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise KvEventDecodeError(f"not msgpack: {exc!r}"[:200]) from exc
-    if isinstance(raw, Mapping):  # EventBatch without array_like (some 0.1x releases)
-        raw = [raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")]
-    if not isinstance(raw, list) or len(raw) < 2 or not isinstance(raw[1], list):
-        raise KvEventDecodeError("payload is not [ts, events, dp_rank]")
-    ts, events = raw[0], raw[1]
-    if not isinstance(ts, int | float) or isinstance(ts, bool):
-        raise KvEventDecodeError(f"ts is {type(ts).__name__}")
-    rank = _at(raw, 2)
-    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)
-                             or not 0 <= rank < MAX_DP_RANK):
-        raise KvEventDecodeError(f"data_parallel_rank {str(rank)[:40]!r}")
-    decoded = tuple(e for e in map(_decode_event, events) if e is not None)
-    return KvEventBatch(float(ts), decoded, rank)
-
-
-def replay_frames(frames: Sequence[bytes]) -> list[bytes] | None:
-    """A DEALER reply as ``[topic, seq, payload]``: ``[b"", topic, seq, payload]`` (0.32)
-    or ``[b"", seq, payload]`` (older, no topic). None when it is neither."""
-    if len(frames) == 4 and frames[0] == b"":
-        return list(frames[1:])
-    if len(frames) == 3 and frames[0] == b"":
-        return [b"", frames[1], frames[2]]
-    return None
-
-
-def is_replay_end(frames: Sequence[bytes]) -> bool:
-    body = replay_frames(frames)
-    return body is not None and body[1] == END_SEQ.to_bytes(8, "big", signed=True)
 
 
 # --- the state machine -----------------------------------------------------------------
@@ -474,240 +322,3 @@ class KvBlockTracker:
                 continue
             live.add(h)
             self._total += 1
-
-
-# --- the subscriber --------------------------------------------------------------------
-
-CONNECT_GRACE = 10.0  # seconds a subscriber may take to connect before it is reported
-
-
-@dataclass
-class KvEventSubscriber:
-    """Follows one publisher (one DP rank) into a ``KvBlockTracker`` until cancelled.
-
-    On start it asks the replay endpoint for everything still buffered (from 0), so a
-    restarted exporter learns the blocks cached before it came up, as far as vLLM's buffer
-    (buffer_steps batches) reaches. ZMQ reconnects by itself; a socket monitor tells us
-    when the connection drops (counted, and ``connected`` is False meanwhile) and when it
-    is back (then a replay fetches what was published during the outage: a PUB socket
-    drops what it cannot send).
-    """
-
-    source: KvEventEndpoint
-    tracker: KvBlockTracker = field(default_factory=KvBlockTracker)
-    replay_timeout: float = 2.0
-    ctx: zmq.asyncio.Context | None = None
-    connected: bool = False
-    ever_connected: bool = False
-
-    def __post_init__(self) -> None:
-        if self.tracker.default_engine == "0":
-            self.tracker.default_engine = str(self.source.dp_rank)
-
-    def prefix_cache_blocks(self, *, exact_only: bool = False) -> dict[MediumKey, int]:
-        return self.tracker.prefix_cache_blocks(exact_only=exact_only)
-
-    async def run(self) -> None:
-        ctx = self.ctx or zmq.asyncio.Context.instance()
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.RCVHWM, 100_000)
-        sub.setsockopt(zmq.RECONNECT_IVL, 100)
-        sub.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # a vLLM down for long: not a storm
-        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        sub.connect(self.source.endpoint)
-        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
-        poller = zmq.asyncio.Poller()
-        poller.register(sub, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
-        try:
-            if self.source.replay_endpoint:
-                await self._replay(ctx, sub, self.tracker.replay_from)
-            while True:
-                ready = dict(await poller.poll())
-                if monitor in ready:
-                    await self._on_monitor(ctx, sub, await monitor.recv_multipart())
-                if sub in ready:
-                    await self._on_message(ctx, sub, await sub.recv_multipart())
-        finally:
-            self.connected = False
-            sub.disable_monitor()
-            monitor.close(linger=0)
-            sub.close(linger=0)
-
-    async def _on_monitor(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket,
-                          frames: list[bytes]) -> None:
-        try:
-            event = zmq.utils.monitor.parse_monitor_message(frames)["event"]
-        except Exception:  # a monitor frame we cannot read: ignore it
-            return
-        if event == zmq.EVENT_DISCONNECTED:
-            if self.connected:
-                log.info("KV events: lost the connection to %s", self.source.endpoint)
-                self.tracker.note_disconnect()
-            self.connected = False
-        elif event == zmq.EVENT_CONNECTED:
-            again = self.ever_connected
-            self.connected = self.ever_connected = True
-            if again and self.source.replay_endpoint:
-                # what was published while we were away: PUB drops it, the buffer has it
-                await self._replay(ctx, sub, self.tracker.replay_from)
-
-    async def _on_message(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket,
-                          frames: list[bytes]) -> None:
-        outcome = self.tracker.apply_frames(frames)
-        if outcome is Outcome.GAP:
-            if self.source.replay_endpoint:
-                await self._replay(ctx, sub, self.tracker.replay_from)
-            else:
-                self.tracker.replay_done()  # nothing to ask: accept the loss
-        elif outcome is Outcome.RESET and self.tracker.last_seq and self.source.replay_endpoint:
-            # restarted and we missed its first batches: fetch them from 0
-            self.tracker.clear()
-            await self._replay(ctx, sub, 0)
-
-    async def _replay(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket, start: int) -> None:
-        """Fetch buffered batches from ``start`` while holding live ones, then apply in order."""
-        assert self.source.replay_endpoint is not None
-        self.tracker.begin_replay()
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(self.source.replay_endpoint)
-        poller = zmq.asyncio.Poller()
-        poller.register(sub, zmq.POLLIN)
-        poller.register(dealer, zmq.POLLIN)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.replay_timeout
-        try:
-            await dealer.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
-            while (left := deadline - loop.time()) > 0:
-                ready = dict(await poller.poll(timeout=left * 1000))
-                if sub in ready:
-                    self.tracker.apply_frames(await sub.recv_multipart())
-                if dealer in ready:
-                    frames = await dealer.recv_multipart()
-                    if is_replay_end(frames):
-                        break
-                    self.tracker.apply_frames(frames, replay=True)
-                    deadline = loop.time() + self.replay_timeout  # still streaming
-            else:
-                log.info("KV events: no replay answer from %s within %.1fs",
-                         self.source.replay_endpoint, self.replay_timeout)
-        finally:
-            dealer.close(linger=0)
-            self.tracker.replay_done()
-
-
-@dataclass(frozen=True)
-class KvEventsState:
-    """What the hub knows about one vLLM instance's KV events, at one scrape."""
-
-    # (engine, medium) -> live blocks, exact counts only
-    prefix_blocks: Mapping[MediumKey, int]
-    # (engine, medium) -> whether its count is exported (False: unknown or not connected)
-    synced: Mapping[MediumKey, bool]
-    # (engine, reason) -> events lost since the exporter started (counters)
-    lost: Mapping[tuple[str, LostReason], int]
-    problems: tuple[str, ...]  # not connected, restarted after a crash: the scrape says so
-
-
-@dataclass
-class _Follow:
-    subscriber: KvEventSubscriber
-    task: asyncio.Task[None]
-    started: float
-    crashes: int = 0
-
-
-@dataclass
-class KvEventsHub:
-    """One subscriber per KV-event endpoint of each vLLM instance, kept in step with discovery.
-
-    ``key`` names a vLLM instance (e.g. its /metrics URL). Call ``ensure`` on each discovery
-    pass with the endpoints seen (an empty tuple stops them): a subscriber whose task ended
-    (it crashed) is started again there, with the same tracker, so it replays from where it
-    stopped. Read ``state`` at scrape time. Must be used from one event loop.
-    """
-
-    replay_timeout: float = 2.0
-    connect_grace: float = CONNECT_GRACE
-    ctx: zmq.asyncio.Context | None = None
-    _subs: dict[str, dict[KvEventEndpoint, _Follow]] = field(default_factory=dict)
-    _crashed: dict[str, list[str]] = field(default_factory=dict)  # key -> this pass's crashes
-
-    def ensure(self, key: str, endpoints: Sequence[KvEventEndpoint],
-               capacity_blocks: int | None = None) -> None:
-        current = self._subs.setdefault(key, {})
-        for ep in set(current) - set(endpoints):
-            current.pop(ep).task.cancel()
-        loop = asyncio.get_running_loop()
-        crashed = self._crashed.setdefault(key, [])
-        for ep in endpoints:
-            f = current.get(ep)
-            if f is not None and f.task.done():
-                why = "ended" if f.task.cancelled() else repr(f.task.exception())[:200]
-                crashed.append(f"KV event subscriber of {ep.endpoint} {why}; restarted")
-                f.subscriber.connected = False
-                f.subscriber.tracker.note_disconnect()
-                f.task = self._start(f.subscriber)
-                f.crashes += 1
-            elif f is None:
-                sub = KvEventSubscriber(ep, replay_timeout=self.replay_timeout, ctx=self.ctx)
-                current[ep] = _Follow(sub, self._start(sub), loop.time())
-            if capacity_blocks:
-                current[ep].subscriber.tracker.set_capacity(capacity_blocks)
-        if not current:
-            del self._subs[key]
-            self._crashed.pop(key, None)
-
-    def _start(self, sub: KvEventSubscriber) -> asyncio.Task[None]:
-        task = asyncio.create_task(sub.run(), name=f"kv-events {sub.source.endpoint}")
-        task.add_done_callback(_log_task_end)
-        return task
-
-    def state(self, key: str) -> KvEventsState:
-        """Exact counts, sync flags, loss counters and problems of that instance's
-        subscribers (problems are reported once per pass: crashes since the last call)."""
-        blocks: dict[MediumKey, int] = {}
-        synced: dict[MediumKey, bool] = {}
-        lost: dict[tuple[str, LostReason], int] = {}
-        problems = self._crashed.pop(key, [])
-        now = asyncio.get_running_loop().time()
-        for ep, f in sorted(self._subs.get(key, {}).items(), key=lambda x: x[0].dp_rank):
-            sub, tracker = f.subscriber, f.subscriber.tracker
-            up = sub.connected and not f.task.done()
-            if not up and (sub.ever_connected or now - f.started >= self.connect_grace):
-                problems.append(f"KV events: not connected to {ep.endpoint}")
-            exact = tracker.prefix_cache_blocks(exact_only=True) if up else {}
-            for k in tracker.media():
-                synced[k] = k in exact
-                if k in exact:
-                    blocks[k] = blocks.get(k, 0) + exact[k]
-            engine = tracker.default_engine
-            for reason, n in tracker.stats.lost().items():
-                lost[(engine, reason)] = lost.get((engine, reason), 0) + n
-        return KvEventsState(blocks, synced, lost, tuple(problems))
-
-    def prefix_cache_blocks(self, key: str) -> dict[MediumKey, int]:
-        """(engine, medium) -> live blocks (exact ones) over all endpoints of that instance."""
-        return dict(self.state(key).prefix_blocks)
-
-    def endpoints(self, key: str) -> list[KvEventEndpoint]:
-        """The endpoints followed for that instance."""
-        return sorted(self._subs.get(key, {}), key=lambda e: e.dp_rank)
-
-    def instances(self) -> list[str]:
-        """The vLLM instances followed."""
-        return sorted(self._subs)
-
-    async def close(self) -> None:
-        tasks = [f.task for subs in self._subs.values() for f in subs.values()]
-        self._subs.clear()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _log_task_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("KV events: %s stopped: %r", task.get_name(), task.exception())

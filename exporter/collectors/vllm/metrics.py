@@ -49,6 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import MEDIUM_CPU as CPU
 from exporter.catalog import MEDIUM_GPU as GPU
+from exporter.catalog import REQUEST_STATES
 
 DEFAULT_ENGINE = "0"
 
@@ -267,7 +268,7 @@ def parse_vllm_metrics(text: str) -> VllmStats:
     used_simple = _gauge_by_key(samples, ("vllm:simple_kv_offload_used_blocks",), default_model)
     requests = {
         state: _gauge_by_key(samples, (f"vllm:num_requests_{state}",), default_model)
-        for state in ("running", "waiting", "swapped")
+        for state in REQUEST_STATES
     }
     preempt: dict[Key, float] = defaultdict(float)
     for s in samples:

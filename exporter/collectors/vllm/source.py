@@ -15,7 +15,7 @@ from exporter.catalog import MEDIUM_CPU
 from exporter.collectors import procfs
 from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm import metrics as vm
-from exporter.collectors.vllm.kv_events import KvEventsHub
+from exporter.collectors.vllm.kv_subscriber import KvEventsHub
 from exporter.collectors.vllm.locate import MAX_PROBES, Candidate, looks_like_vllm
 from exporter.collectors.vllm.offload import offload_region_bytes
 from exporter.paths import HostPaths, read_bytes
@@ -229,4 +229,4 @@ def capacity_blocks(stats: vm.VllmStats) -> int | None:
 
 
 SPEC = SourceSpec(KEY, "each local vLLM's /metrics and KV cache events", VllmSettings,
-                  VllmSource)
+                  VllmSource, needs_cgroups=False)

@@ -1,0 +1,95 @@
+"""What finding new cgroups and following kill counters cost the sampler, per mechanism
+(a benchmark, not a test).
+
+    python3 -m benchmarks.watch_cost [--containers 102] [--seconds 20]
+
+On a real kubelet-shaped tree beneath this process's memory cgroup (the kernel's cgroupfs,
+v1 or v2, as scrape_cost.py builds it), with nothing changing (an idle node), it runs one
+sampler tick's worth of each mechanism every 200 ms and reports the thread CPU time per
+second (% of a core):
+
+- discovery by inotify (``CgroupTree``, the default): one non-blocking read a tick;
+- discovery by a scan (``CgroupTree`` without inotify): every directory listed each second;
+- kill counters by notification (``KillNotifier``: v2 inotify, v1 eventfd): one
+  ``epoll_wait`` a tick for all domains;
+- kill counters by polling: every domain's counter file read each tick (before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import select
+import time
+from collections.abc import Callable
+
+from exporter.cgroup_watch import CgroupTree, KillNotifier
+from exporter.collectors.cgroup import read_kill_counters
+from exporter.paths import OpenFiles
+from tests.kernel import kube_tree
+
+TICK = 0.2
+
+
+def cpu_per_second(tick: Callable[[], object], seconds: float) -> float:
+    """Thread CPU time of ``tick`` run every 200 ms, per wall second."""
+    c0, t0 = time.thread_time(), time.monotonic()
+    next_at = t0
+    while time.monotonic() - t0 < seconds:
+        tick()
+        next_at += TICK
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return (time.thread_time() - c0) / (time.monotonic() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--containers", type=int, default=102)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    with kube_tree() as tree:
+        h = tree.hierarchy
+        containers: list[str] = []
+        pods: list[str] = []
+        while len(containers) < args.containers:
+            _, pod = tree.pod(qos=("burstable", "besteffort", "guaranteed")[len(pods) % 3])
+            pods.append(pod)
+            for _ in range(min(3, args.containers - len(containers))):
+                containers.append(tree.container(pod)[1])
+        domains = pods if h.version == 2 else containers
+        results: dict[str, float] = {}
+        for mode in ("inotify", "scan"):
+            t = CgroupTree(h, tree.kubepods, use_inotify=mode == "inotify")
+            assert len(t.refresh().added) == len(pods) + len(containers)
+            results[f"discovery by {t.mode}"] = cpu_per_second(t.refresh, args.seconds)
+            t.close()
+        notifier = KillNotifier(h)
+        epoll = select.epoll()
+        armed = sum(notifier.register(d) for d in domains)
+        for fd in notifier.take_new_fds():
+            epoll.register(fd, select.EPOLLIN)
+
+        def notified() -> None:
+            for fd, _ in epoll.poll(0):
+                notifier.ready(fd)
+
+        results[f"kill counters by notification ({armed} armed)"] = cpu_per_second(
+            notified, args.seconds)
+        notifier.close()
+        files = OpenFiles()
+
+        def polled() -> None:
+            for d in domains:
+                read_kill_counters(h, d, files.read_text)
+            files.sweep()
+
+        results[f"kill counters polled ({len(domains)} domains)"] = cpu_per_second(
+            polled, args.seconds)
+        files.close()
+    print(f"cgroup v{h.version}: {len(containers)} containers in {len(pods)} pods, "
+          f"a tick every {TICK * 1000:.0f} ms, {args.seconds:g} s each")
+    for name, share in results.items():
+        print(f"{name:44s} {share * 100:.3f}% of a core")
+
+
+if __name__ == "__main__":
+    main()
