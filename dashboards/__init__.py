@@ -12,7 +12,10 @@ the exporter (not in a backfilled TSDB).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exporter.promql import Config
 
 ANNOTATION_PREFIX = "annotation: "
 
@@ -26,7 +29,8 @@ MAY_BE_EMPTY: dict[str, str] = {
     # vLLM
     "KV cache blocks in use vs capacity": _NO_VLLM,
     "Prefix-cache entries vs capacity": _NO_KV_EVENTS,
-    "CPU KV-offload tier against the memory left": _NO_OFFLOAD,
+    "vLLM KV cache and CPU offload against the headroom": _NO_VLLM
+    + " (the headroom line alone has data elsewhere)",
     "Requests: running and waiting": _NO_VLLM,
     "Preemptions": _NO_VLLM,
     "vLLM /metrics read": _NO_VLLM,
@@ -47,8 +51,8 @@ MAY_BE_EMPTY: dict[str, str] = {
     "Time to limit": "headroom:memory_time_to_limit:seconds exists only while "
     "unreclaimable memory grows (1h slope > 0)",
     "Time to limit: the 10 closest pods": "only pods whose unreclaimable memory grows",
-    "Growth since baseline (1d)": "needs the baseline window (1d) of data twice before "
-    "the baseline rise exists",
+    "Fastest-growing process": "only while a process's anon or mapped shmem grows",
+    "Hidden memory growth": "only while the hidden-memory recording rule has a slope",
     "Largest growth since baseline (1d)": "needs the baseline window (1d) of data "
     "twice before the baseline rise exists",
     "Largest hidden-memory growth (1d)": "needs the baseline window (1d) of data twice",
@@ -57,23 +61,25 @@ MAY_BE_EMPTY: dict[str, str] = {
     "OOM kills per pod": _NO_OOM,
     "Memory events (reclaim at the limit, OOM)": "only has samples while an event "
     "counter rises (reclaim at the limit, an OOM)",
-    ANNOTATION_PREFIX + "OOM kill (cgroup memory.events)": _NO_OOM,
-    ANNOTATION_PREFIX + "OOM kill (headroom watcher)": _NO_OOM,
+    ANNOTATION_PREFIX + "OOM kill": _NO_OOM,
+    ANNOTATION_PREFIX + "Firing headroom alert": "only while a headroom alert fires",
     ANNOTATION_PREFIX + "Container restart (counters reset)": "only after a container "
     "restart whose counters were non-zero",
     # tmpfs
     "tmpfs used per pod": "only pods with a /dev/shm or memory emptyDir mount seen",
-    "tmpfs mounts: used vs size": "only pods with a /dev/shm or memory emptyDir mount seen",
+    "tmpfs used against the pod's headroom": "only pods with a /dev/shm or memory "
+    "emptyDir mount seen (the headroom line alone has data elsewhere)",
 }
 
 
-def queries() -> list[tuple[str, str, str]]:
+def queries(config: Config | None = None) -> list[tuple[str, str, str]]:
     """(dashboard uid, panel title, PromQL) for every panel target and annotation, in
-    dashboard order. Annotations are titled ``"annotation: <name>"``."""
+    dashboard order. Annotations are titled ``"annotation: <name>"``. ``config``: the
+    rules' config the dashboards are drawn for (default: the shipped one)."""
     from dashboards.generate import dashboards
 
     out: list[tuple[str, str, str]] = []
-    for d in dashboards().values():
+    for d in dashboards(config).values():
         uid = d["uid"]
         for panel in _panels(d["panels"]):
             for t in panel.get("targets", []):

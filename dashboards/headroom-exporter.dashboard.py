@@ -13,7 +13,9 @@ from dashboards.common import (
     JOB,
     RATE,
     dashboard,
+    dashboard_url,
     instance_var,
+    link,
     metric,
     row,
     stat,
@@ -40,6 +42,7 @@ panels = [
             (f"count({metric(UP, *SEL)})", "targets"),
         ],
         unit="short", w=6, text_mode="value_and_name",
+        runbooks=["HeadroomExporterDown"],
     ),
     stat(
         "Collectors failing now",
@@ -47,6 +50,7 @@ panels = [
         [(f"count(max by (instance, collector) ({metric(c.COLLECTOR_SUCCESS, *SEL)}) == 0)"
           " or vector(0)", "")],
         unit="short", w=6, steps=thresholds(("green", 0), ("red", 1)),
+        runbooks=["HeadroomCollectorFailing"],
     ),
     stat(
         "vLLM /metrics failing now",
@@ -54,6 +58,7 @@ panels = [
         [(f"count(max by (namespace, pod, container) ({metric(c.VLLM_UP, *SEL)}) == 0)"
           " or vector(0)", "")],
         unit="short", w=6, steps=thresholds(("green", 0), ("orange", 1)),
+        runbooks=["HeadroomVLLMScrapeFailing"],
     ),
     stat(
         "Versions",
@@ -121,5 +126,7 @@ dashboard = dashboard(
     "scrape cost and the exporter's own memory.",
     variables=[instance_var()],
     panels=panels,
+    links=[link("Node of this exporter", dashboard_url("node", "var-node=${instance}"),
+                tooltip="headroom / node for the selected exporter")],
     time_from="now-6h",
 )

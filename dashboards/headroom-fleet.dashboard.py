@@ -9,57 +9,74 @@ from __future__ import annotations
 
 from dashboards.common import (
     BASELINE,
-    JOB,
     NAMESPACE,
+    OOM_STEPS,
     POD_CGROUP,
     RANGE,
     RATE,
+    RATIO_STEPS,
     RULES_CONFIG,
     SERIES_POD_LINK,
     TABLE_POD_LINK,
     bargauge,
     dashboard,
-    eq,
+    dashboard_url,
+    growth_since_baseline,
     in_scope,
-    metric,
+    link,
     namespace_var,
+    oom_kills,
     row,
+    rule,
     scope_var,
     stat,
     table,
     thresholds,
     timeseries,
 )
-from dashboards.common import CATALOG as c
 from dashboards.common import RULE as r
+from dashboards.names import promql_duration
 
 WARN_S = RULES_CONFIG.fill_warning_horizon_s
 CRIT_S = RULES_CONFIG.fill_critical_horizon_s
-FULL = RULES_CONFIG.fill_critical_min_ratio
-OOM_EVENTS = metric(c.MEMORY_EVENTS_TOTAL, JOB, NAMESPACE, POD_CGROUP, eq("event", "oom_kill"))
+FULL = RULES_CONFIG.near_limit_ratio
 
 
-def per_pod(agg: str, rule: str, *matchers: str) -> str:
+def per_pod(agg: str, name: str, *matchers: str) -> str:
     """A recording rule reduced to one figure per pod (over its cgroups), in scope."""
-    return in_scope(f"{agg} by (namespace, pod) ({metric(rule, NAMESPACE, *matchers)})")
+    return in_scope(
+        f"{agg} by (namespace, pod) ({rule(name, NAMESPACE, *matchers, scope=(NAMESPACE,))})"
+    )
+
+
+def rise_or_since_start(rise: str, series: str) -> str:
+    """The rules' baseline rise (it needs two baseline windows of data), else, for a
+    younger pod (the problem pods are 2-30 h old), growth since its floor in one window:
+    since it started."""
+    young = rule(series, NAMESPACE, POD_CGROUP, fn=growth_since_baseline, scope=(NAMESPACE,))
+    return in_scope(
+        f"max by (namespace, pod) ({rule(rise, NAMESPACE, POD_CGROUP, scope=(NAMESPACE,))})"
+        f"\n  or\n  max by (namespace, pod) ({young})"
+    )
 
 
 TIME_TO_LIMIT = per_pod("min", r.TIME_TO_LIMIT)
 HEADROOM = per_pod("min", r.HEADROOM)
 RATIO = per_pod("max", r.UNRECLAIMABLE_RATIO)
-RISE = per_pod("max", r.UNRECLAIMABLE_BASELINE_RISE, POD_CGROUP)
-HIDDEN_RISE = per_pod("max", r.HIDDEN_BASELINE_RISE, POD_CGROUP)
-KILLS_IN_RANGE = in_scope(f"sum by (namespace, pod) (increase({OOM_EVENTS}[{RANGE}]))")
+RISE = rise_or_since_start(r.UNRECLAIMABLE_BASELINE_RISE, r.UNRECLAIMABLE)
+HIDDEN_RISE = rise_or_since_start(r.HIDDEN_BASELINE_RISE, r.HIDDEN)
+KILLS_IN_RANGE = in_scope(oom_kills(RANGE, NAMESPACE))
 
 panels = [
     row("At risk now"),
     stat(
-        f"Pods within {WARN_S // 3600}h of the limit",
+        f"Pods within {promql_duration(WARN_S)} of the limit",
         "Pods whose unreclaimable memory, at its current 1h slope, reaches the limit of "
-        f"the pod cgroup or a container within {WARN_S // 3600}h "
+        f"the pod cgroup or a container within {promql_duration(WARN_S)} "
         f"({r.TIME_TO_LIMIT}).",
         [(f"count({TIME_TO_LIMIT} < {WARN_S}) or vector(0)", "")],
         unit="short", w=6, steps=thresholds(("green", 0), ("orange", 1)),
+        runbooks=["HeadroomMemoryFillingUp"],
     ),
     stat(
         f"Pods over {FULL:.0%} unreclaimable",
@@ -67,20 +84,23 @@ panels = [
         "reclaim: the next growth or burst is an OOM kill.",
         [(f"count({RATIO} > {FULL}) or vector(0)", "")],
         unit="short", w=6, steps=thresholds(("green", 0), ("red", 1)),
+        runbooks=["HeadroomMemoryNearLimit"],
     ),
     stat(
         "OOM kills in range",
-        "OOM kills in the pods in scope during the dashboard's time range, from each pod "
-        "cgroup's memory.events oom_kill (hierarchical: any container).",
+        "OOM kills in the pods in scope during the dashboard's time range, from any "
+        "source: the pod cgroup's memory.events (cgroup v2, hierarchical), the "
+        "containers' counters (cgroup v1 counts a kill only in the victim's cgroup) and "
+        "headroom's watcher; per pod the largest, rounded.",
         [(f"sum({KILLS_IN_RANGE}) or vector(0)", "")],
-        unit="short", w=6, instant=True, steps=thresholds(("green", 0), ("red", 1)),
+        unit="short", w=6, instant=True, steps=OOM_STEPS,
+        runbooks=["HeadroomPodOOMKilled"],
     ),
     stat(
         "Pods tracked",
         "Pods in scope (vLLM pods by their processes or a vLLM /metrics headroom reads; "
         "or every pod) that headroom reports.",
-        [(f"count({in_scope(f'max by (namespace, pod) ({metric(r.LIMIT, NAMESPACE)})')})",
-          "")],
+        [(f"count({per_pod('max', r.LIMIT)})", "")],
         unit="short", w=6,
     ),
     row("Ranked"),
@@ -93,8 +113,8 @@ panels = [
             ("Time to limit", TIME_TO_LIMIT, "s"),
             ("Headroom", HEADROOM, "bytes"),
             ("Unreclaimable / limit", RATIO, "percentunit"),
-            (f"Growth since baseline ({BASELINE})", RISE, "bytes"),
-            (f"Hidden growth ({BASELINE})", HIDDEN_RISE, "bytes"),
+            (f"Growth since baseline ({BASELINE} or start)", RISE, "bytes"),
+            (f"Hidden growth ({BASELINE} or start)", HIDDEN_RISE, "bytes"),
             ("OOM kills in range", KILLS_IN_RANGE, "short"),
         ],
         labels=["namespace", "pod"],
@@ -116,7 +136,7 @@ panels = [
         "Time to limit: the 10 closest pods",
         "Time to the limit at the current 1h slope, for the 10 pods closest to it. A "
         "line falling towards zero is a pod about to be killed; gaps mean it stopped "
-        f"growing. The red line is {CRIT_S // 3600}h, the page.",
+        f"growing. The red line is {promql_duration(CRIT_S)}, the page.",
         [(f"bottomk(10, {TIME_TO_LIMIT})", "{{namespace}}/{{pod}}")],
         unit="s", h=9, links=[SERIES_POD_LINK], min_zero=True,
         steps=thresholds(("green", 0), ("red", CRIT_S)),
@@ -126,26 +146,13 @@ panels = [
         "Share of the limit the kernel cannot reclaim, for the 10 fullest pods (worst "
         "cgroup of each). Lines at 85% (reclaim at the limit) and 95% (near the limit).",
         [(f"topk(10, {RATIO})", "{{namespace}}/{{pod}}")],
-        unit="percentunit", links=[SERIES_POD_LINK], min_zero=True,
-        steps=thresholds(("green", 0), ("orange", 0.85), ("red", 0.95)),
+        unit="percentunit", links=[SERIES_POD_LINK], min_zero=True, steps=RATIO_STEPS,
     ),
     timeseries(
         "OOM kills",
-        "OOM kills per interval and pod: the pod cgroup's memory.events oom_kill, and "
-        "headroom's watcher with the victim's process name when known.",
-        [
-            (
-                in_scope(f"sum by (namespace, pod) (increase({OOM_EVENTS}[{RATE}])) > 0"),
-                "{{namespace}}/{{pod}}",
-            ),
-            (
-                in_scope(
-                    f"sum by (namespace, pod, process) "
-                    f"(increase({metric(c.OOM_KILLS_TOTAL, JOB, NAMESPACE)}[{RATE}])) > 0"
-                ),
-                "{{namespace}}/{{pod}} {{process}} (watcher)",
-            ),
-        ],
+        "OOM kills per interval and pod, from any source (pod cgroup, containers, "
+        "headroom's watcher; the largest, rounded): the same count on cgroup v1 and v2.",
+        [(f"{in_scope(oom_kills(RATE, NAMESPACE))} > 0", "{{namespace}}/{{pod}}")],
         unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
     ),
     row("Growth"),
@@ -153,17 +160,19 @@ panels = [
         f"Largest growth since baseline ({BASELINE})",
         f"The 10 pods whose unreclaimable floor (lowest value over {BASELINE}, pod "
         f"cgroup) rose most since the window before ({r.UNRECLAIMABLE_BASELINE_RISE}): "
-        "growth diurnal load cannot explain, what HeadroomMemoryFillingUp extrapolates.",
+        "growth diurnal load cannot explain, what HeadroomMemoryFillingUp extrapolates. "
+        f"A pod younger than two windows: its growth since its floor in {BASELINE}.",
         [(f"topk(10, {RISE} > 0)", "{{namespace}}/{{pod}}")],
-        unit="bytes", links=[SERIES_POD_LINK],
+        unit="bytes", links=[SERIES_POD_LINK], runbooks=["HeadroomMemoryFillingUp"],
     ),
     bargauge(
         f"Largest hidden-memory growth ({BASELINE})",
         "The 10 pods whose memory no process accounts for (unmapped /dev/shm files, "
         "kernel memory, a dead container's charges) rose most over the baseline window "
-        f"({r.HIDDEN_BASELINE_RISE}): HeadroomHiddenMemoryGrowth's signal.",
+        f"({r.HIDDEN_BASELINE_RISE}; since the floor in {BASELINE} for a younger pod): "
+        "HeadroomHiddenMemoryGrowth's signal.",
         [(f"topk(10, {HIDDEN_RISE} > 0)", "{{namespace}}/{{pod}}")],
-        unit="bytes", links=[SERIES_POD_LINK],
+        unit="bytes", links=[SERIES_POD_LINK], runbooks=["HeadroomHiddenMemoryGrowth"],
     ),
     timeseries(
         "Headroom of the pods in scope",
@@ -181,4 +190,6 @@ dashboard = dashboard(
     "kills, and the largest growth since the baseline; each pod links to its pod view.",
     variables=[namespace_var(), scope_var()],
     panels=panels,
+    links=[link("Exporters", dashboard_url("exporter"),
+                tooltip="headroom / exporter: are the exporters and collectors healthy?")],
 )

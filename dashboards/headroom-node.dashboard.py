@@ -11,6 +11,7 @@ from dashboards.common import CATALOG as c
 from dashboards.common import (
     JOB,
     NODE,
+    OOM_STEPS,
     POD_CGROUP,
     RANGE,
     RATE,
@@ -18,14 +19,19 @@ from dashboards.common import (
     TABLE_POD_LINK,
     by,
     dashboard,
+    dashboard_url,
     eq,
+    jobbed,
+    kind_colours,
+    legend_only,
     limit_style,
+    link,
     metric,
     node_var,
+    oom_kills,
     row,
     stat,
     table,
-    thresholds,
     timeseries,
 )
 from dashboards.common import RULE as r
@@ -41,8 +47,9 @@ def per_pod(spec: c.MetricSpec, agg: str = "max") -> str:
 
 
 def rule_on_node(agg: str, rule: str) -> str:
-    """A recording rule (no instance label) for the pods of this node."""
-    return f"{agg} by (namespace, pod) ({rule})\nand on (namespace, pod)\n{PODS_ON_NODE}"
+    """A recording rule (no job or instance label) for the pods of this node: joined to
+    the node's raw series, which select $job and the node's exporter."""
+    return f"{agg} by (namespace, pod) ({jobbed(rule, NODE)})"
 
 
 panels = [
@@ -74,14 +81,12 @@ panels = [
     ),
     stat(
         "OOM kills in range",
-        "OOM kills in the pods of this node during the time range (pod cgroups' "
-        "memory.events oom_kill).",
-        [(
-            f"sum(increase({metric(c.MEMORY_EVENTS_TOTAL, *POD, eq('event', 'oom_kill'))}"
-            f"[{RANGE}])) or vector(0)",
-            "",
-        )],
-        unit="short", w=5, instant=True, steps=thresholds(("green", 0), ("red", 1)),
+        "OOM kills in the pods of this node during the time range, from any source "
+        "(pod cgroups, containers: cgroup v1 counts a kill only in the victim's cgroup, "
+        "headroom's watcher; per pod the largest, rounded).",
+        [(f"sum({oom_kills(RANGE, NODE)}) or vector(0)", "")],
+        unit="short", w=5, instant=True, steps=OOM_STEPS,
+        runbooks=["HeadroomPodOOMKilled"],
     ),
     table(
         "Workloads on this node",
@@ -114,6 +119,7 @@ panels = [
             (f"sum({metric(c.MEMORY_UNRECLAIMABLE_BYTES, *POD)})", "pods: unreclaimable"),
         ],
         unit="bytes", legend_table=True, overrides=[limit_style("node total")], min_zero=True,
+        runbooks=["HeadroomNodeMemoryPressure"],
     ),
     timeseries(
         "Unreclaimable memory per pod",
@@ -133,7 +139,7 @@ panels = [
             )
             for kind in c.MEMORY_KINDS
         ],
-        unit="bytes", stack=True, legend_table=True, min_zero=True,
+        unit="bytes", stack=True, legend_table=True, min_zero=True, overrides=kind_colours(),
     ),
     timeseries(
         "Headroom per pod",
@@ -144,10 +150,17 @@ panels = [
     timeseries(
         "tmpfs used per pod",
         "Bytes on the pods' tmpfs mounts (/dev/shm, memory emptyDir): shmem charged to "
-        "the pod, never reclaimed, kept across container restarts.",
-        [(f"sum by (namespace, pod, mount) ({metric(c.TMPFS_USED_BYTES, *ON_NODE)})",
-          "{{namespace}}/{{pod}} {{mount}}")],
+        "the pod, never reclaimed, kept across container restarts. Each mount's size is "
+        "in the legend only (a node-sized /dev/shm would flatten the axis).",
+        [
+            (f"sum by (namespace, pod, mount) ({metric(c.TMPFS_USED_BYTES, *ON_NODE)})",
+             "{{namespace}}/{{pod}} {{mount}} used"),
+            (f"max by (namespace, pod, mount) ({metric(c.TMPFS_SIZE_BYTES, *ON_NODE)})",
+             "{{namespace}}/{{pod}} {{mount}} size"),
+        ],
         unit="bytes", legend_table=True, links=[SERIES_POD_LINK], min_zero=True,
+        overrides=[legend_only(".* size$")],
+        runbooks=["HeadroomSharedMemoryFillingUp", "HeadroomStaleSharedMemory"],
     ),
     row("GPUs"),
     timeseries(
@@ -183,14 +196,10 @@ panels = [
     ),
     timeseries(
         "OOM kills per pod",
-        "OOM kills per interval in the pods of this node, counted by headroom's OOM "
-        "watcher (the same on cgroup v1, which counts kills only in the victim's own "
-        "container cgroup, and v2).",
-        [(
-            f"sum by (namespace, pod, process) (increase("
-            f"{metric(c.OOM_KILLS_TOTAL, *ON_NODE)}[{RATE}])) > 0",
-            "{{namespace}}/{{pod}} {{process}}",
-        )],
+        "OOM kills per interval in the pods of this node, from any source (pod cgroup, "
+        "containers, headroom's watcher; the largest, rounded): the same count on cgroup "
+        "v1, which counts kills only in the victim's own container cgroup, and v2.",
+        [(f"{oom_kills(RATE, NODE)} > 0", "{{namespace}}/{{pod}}")],
         unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
     ),
 ]
@@ -202,4 +211,9 @@ dashboard = dashboard(
     "its pods hold.",
     variables=[node_var()],
     panels=panels,
+    links=[
+        link("Fleet", dashboard_url("fleet"), tooltip="headroom / fleet"),
+        link("This node's exporter", dashboard_url("exporter", "var-instance=${node}"),
+             tooltip="headroom / exporter for this node's exporter"),
+    ],
 )

@@ -1,75 +1,146 @@
-"""headroom / pod memory: one pod, read top to bottom at 3 AM.
+"""headroom / pod memory: one pod, answered on the first screen at 3 AM.
 
-How far from the limit and when; what the kernel cannot reclaim; what grew since the
-baseline, by kind and by process; whether vLLM's KV cache, prefix cache or CPU offload
-tier explains it; and whether memory no process accounts for (tmpfs, kernel, leftovers of
-an earlier container) is the culprit.
+The first screen (1920x1080, no scrolling) answers how close, when, what grows and in
+which process: six instant tiles that read the same cgroup (the pod's tightest: least
+headroom over the pod cgroup and the selected containers) with the alerts' thresholds;
+that cgroup's unreclaimable memory against its limit with a projection, OOM kills and
+firing alerts annotated; the pod's usage stacked by process, then memory no process owns,
+then page cache; the growth rate per process; vLLM's KV cache and CPU-offload tier against
+the headroom, on the same time axis. Detail rows follow; the rarely needed ones are
+collapsed.
 
-The pod-level cgroup (container="") and the containers are shown apart: the pod cgroup
-contains its containers, so stacking both would count memory twice.
+The pod-level cgroup (container="") and the containers are shown apart below the first
+screen: the pod cgroup contains its containers, so stacking both would count twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dashboards.common import (
+    ANY_CONTAINER,
     BASELINE,
     CGROUPS,
     CONTAINERS,
+    CRITICAL_S,
     DASHED,
+    DERIV,
+    DOTTED,
+    HEADROOM_PERCENT_STEPS,
+    HIDDEN_COLOUR,
     JOB,
+    MIN_GROWTH_BPS,
+    MIN_HIDDEN_GROWTH_BPS,
     NAMESPACE,
+    OOM_STEPS,
+    PAGE_CACHE_COLOUR,
     POD,
     POD_CGROUP,
     RANGE,
     RATE,
-    RULES_CONFIG,
+    RATIO_STEPS,
+    TIME_STEPS,
+    Q,
+    W,
     annotation,
     by,
     container_var,
     dashboard,
+    dashboard_url,
     eq,
+    exporter_var,
+    fixed,
     growth_since_baseline,
+    kind_colours,
+    legend_only,
     limit_style,
+    link,
     metric,
     name_pod_cgroup,
     namespace_var,
+    oom_kills,
     override,
+    override_regex,
     pod_var,
     re_,
     row,
+    rule,
     stat,
     thresholds,
     timeseries,
 )
 from dashboards.common import CATALOG as c
 from dashboards.common import RULE as r
+from dashboards.common import RULES_CONFIG as CONFIG
+from dashboards.names import promql_duration
 
-W = ("namespace", "pod", "container")
 RAW = (JOB, NAMESPACE, POD)  # a raw series of this pod
-ANY_CONTAINER = 'container!=""'
-RULES = (NAMESPACE, POD)  # a recording rule (it keeps no job label) of this pod
+SCOPE = (NAMESPACE, POD)  # the pod, for the job join of a recording rule
 UNRECLAIMABLE_KINDS = ("anon", "shmem", "kernel", "sock", "unaccounted")
 STACKED_KINDS = c.MEMORY_KINDS  # least reclaimable at the bottom
 RSS_KINDS = ("rss_anon", "rss_shmem", "rss_file")
 ATTRIBUTED_KINDS = ("rss_anon", "rss_shmem")
-# Colours of "time to limit" follow the alert's horizons (critical 1h, warning 12h).
-FILL_CRITICAL = float(RULES_CONFIG.fill_critical_horizon_s)
-FILL_WARNING = float(RULES_CONFIG.fill_warning_horizon_s)
+CRITICAL = promql_duration(CRITICAL_S)
+P = ("namespace", "pod", "container", "process")
 
 
-# Selectors used by several panels.
-OOM_EVENTS = metric(c.MEMORY_EVENTS_TOTAL, *RAW, POD_CGROUP, eq("event", "oom_kill"))
-UNRECL = re_("kind", UNRECLAIMABLE_KINDS)
-EVENTS = re_("event", ("high", "max", "oom", "oom_kill", "oom_group_kill"))
-PROCESS_ATTRIBUTED_RSS = metric(
-    c.PROCESS_MEMORY_BYTES, *RAW, CONTAINERS, re_("kind", ATTRIBUTED_KINDS)
-)
+def pod_rule(name: str, *matchers: str, fn: Callable[[str], str] = str) -> str:
+    """A recording rule of this pod (optionally wrapped by ``fn``), limited to $job."""
+    return rule(name, *SCOPE, *matchers, fn=fn, scope=SCOPE)
+
+
+# --- the tightest cgroup: the tiles and the first chart read the same one ---------------
+HEADROOM_NOW = pod_rule(r.HEADROOM, CGROUPS)
+TIGHTEST = f"bottomk(1, {HEADROOM_NOW})"
+
+
+def of_tightest(expr: str) -> str:
+    """``expr`` (one series per cgroup) for the cgroup with the least headroom."""
+    return f"({expr}\n  and on {by(*W)}\n  {TIGHTEST})"
+
+
+def tightest_line(name: str, fn: Callable[[str], str] = str) -> str:
+    """A recording rule (wrapped by ``fn``) of the tightest cgroup, for a graph."""
+    line = of_tightest(pod_rule(name, CGROUPS, fn=fn))
+    return name_pod_cgroup(f"max by {by(*W)} ({line})")
+
+
+def per_process_attributed(*matchers: str) -> str:
+    """anon + mapped shmem per process name, as the rules attribute it: PSS where the
+    exporter read it (it splits pages shared by several processes), RSS otherwise; so
+    the processes plus the hidden memory add up to the unreclaimable figure."""
+    by_p = by(*P)
+
+    def part(pss_kind: str, rss_kind: str) -> str:
+        pss = metric(c.PROCESS_MEMORY_PSS_BYTES, *RAW, *matchers, eq("kind", pss_kind))
+        rss = metric(c.PROCESS_MEMORY_BYTES, *RAW, *matchers, eq("kind", rss_kind))
+        return f"(max by {by_p} ({pss}) or max by {by_p} ({rss}))"
+
+    return f"sum by (process) ({part('anon', 'rss_anon')} + {part('shmem', 'rss_shmem')})"
+
+
+def process_growth(*matchers: str) -> str:
+    """bytes/s per process name: the slope (deriv over the trend window) of the anon and
+    mapped shmem its processes hold, for names that run now (``and`` the series now): a
+    killed process keeps a slope over its last window, it must not stay "fastest"."""
+    series = metric(c.PROCESS_MEMORY_BYTES, *RAW, *matchers, re_("kind", ATTRIBUTED_KINDS))
+    return f"sum by (process) (deriv({series}[{DERIV}]) and {series})"
+
+
+HIDDEN_GROWTH = pod_rule(r.HIDDEN, POD_CGROUP, fn=lambda s: f"deriv({s}[{DERIV}])")
+POD_LIMIT = metric(c.MEMORY_LIMIT_BYTES, *RAW, POD_CGROUP)
+POD_USAGE = metric(c.MEMORY_USAGE_BYTES, *RAW, POD_CGROUP)
+POD_UNRECL = metric(c.MEMORY_UNRECLAIMABLE_BYTES, *RAW, POD_CGROUP)
+POD_HIDDEN = pod_rule(r.HIDDEN, POD_CGROUP)
 KV_USAGE = metric(c.VLLM_KV_CACHE_USAGE_RATIO, *RAW, CONTAINERS)
 KV_BLOCKS = metric(c.VLLM_KV_CACHE_CAPACITY_BLOCKS, *RAW, CONTAINERS)
 PREFIX_BLOCKS = metric(c.VLLM_PREFIX_CACHE_BLOCKS, *RAW, CONTAINERS)
 OFFLOAD_BYTES = metric(c.VLLM_KV_CACHE_CAPACITY_BYTES, *RAW, CONTAINERS, eq("medium", "cpu"))
 OFFLOAD_USAGE = metric(c.VLLM_KV_CACHE_USAGE_RATIO, *RAW, CONTAINERS, eq("medium", "cpu"))
 PREEMPTIONS = metric(c.VLLM_PREEMPTIONS_TOTAL, *RAW, CONTAINERS)
+UNRECL = re_("kind", UNRECLAIMABLE_KINDS)
+EVENTS = re_("event", ("high", "max", "oom", "oom_kill", "oom_group_kill"))
+KV_BY = by(*W, "model_name", "engine")
 
 
 def pod_kind(kind: str) -> str:
@@ -78,7 +149,7 @@ def pod_kind(kind: str) -> str:
 
 def cgroup_rule(name: str) -> str:
     """A recording rule for the pod cgroup and the selected containers."""
-    return name_pod_cgroup(metric(name, *RULES, CGROUPS))
+    return name_pod_cgroup(pod_rule(name, CGROUPS))
 
 
 def memory_lines(level: str, legend_prefix: str) -> list[tuple[str, str]]:
@@ -111,159 +182,267 @@ def kinds_stack(level: str, aggregate: str) -> list[tuple[str, str]]:
 
 LINE_STYLES = [
     limit_style(".*limit$"),
-    {
-        "matcher": {"id": "byRegexp", "options": ".*unreclaimable$"},
-        "properties": [
-            {"id": "custom.lineWidth", "value": 3},
-            {"id": "color", "value": {"fixedColor": "orange", "mode": "fixed"}},
-        ],
-    },
-    {
-        "matcher": {"id": "byRegexp", "options": ".*peak$"},
-        "properties": [{"id": "custom.lineStyle", "value": {"dash": [2, 4], "fill": "dot"}}],
-    },
+    override_regex(".*unreclaimable$", custom__lineWidth=3, color=fixed("orange")),
+    override_regex(".*peak$", custom__lineStyle=DOTTED),
 ]
 
-panels = [
-    # --- the answer first ----------------------------------------------------------------
-    row("Headroom: how far from the limit, and when"),
+OOM_DOCS = "http://${exporter}/debug/oom/?namespace=${namespace}&pod=${pod}"
+OOM_DOCS_LINK = {"title": "OOM post-mortems of this pod (the exporter's /debug/oom/)",
+                 "url": OOM_DOCS, "targetBlank": True}
+
+first_screen = [
+    # --- tiles: how close, when, what grows, in which process ---------------------------
     stat(
         "Time to limit",
-        "When unreclaimable memory reaches the limit at its current 1h slope "
-        f"({r.TIME_TO_LIMIT}), for the pod cgroup and each selected container. "
-        "'not growing' means the slope is flat or falling. Red: under 1h (the critical "
-        "HeadroomMemoryFillingUp page), orange: under 12h.",
-        [(cgroup_rule(r.TIME_TO_LIMIT), "{{container}}")],
-        unit="s", w=6,
-        steps=thresholds(("red", 0), ("orange", FILL_CRITICAL), ("green", FILL_WARNING)),
-        no_value="not growing",
+        f"When the pod's first cgroup (the pod cgroup or a selected container; in practice "
+        f"the tightest one, which the other tiles read) reaches its limit at the current "
+        f"{DERIV} slope of unreclaimable memory ({r.TIME_TO_LIMIT}). Evaluated now: "
+        "'not growing' when the slope is flat or falling, or the series ended. Red: "
+        f"under {CRITICAL} (the critical HeadroomMemoryFillingUp page), orange: under "
+        f"{promql_duration(int(TIME_STEPS[2]['value']))}.",
+        [Q(f"min({pod_rule(r.TIME_TO_LIMIT, CGROUPS)})", "time to limit", instant=True)],
+        unit="s", w=4, h=4, steps=TIME_STEPS, no_value="not growing", instant=True,
+        runbooks=["HeadroomMemoryFillingUp"],
     ),
     stat(
         "Headroom",
-        "Limit minus unreclaimable memory: what can still be charged once the kernel has "
-        f"reclaimed all page cache ({r.HEADROOM}). The working set overstates use: it "
-        "counts active page cache, which the kernel takes back.",
-        [(cgroup_rule(r.HEADROOM), "{{container}}")],
-        unit="bytes", w=6,
+        "Limit minus unreclaimable memory of the tightest cgroup: what can still be "
+        f"charged once the kernel has reclaimed all page cache ({r.HEADROOM}). Coloured "
+        "by its share of that cgroup's limit (query B, the limit, sets the maximum): red "
+        f"under {HEADROOM_PERCENT_STEPS[1]['value']:g}% (HeadroomMemoryNearLimit), "
+        f"orange under {HEADROOM_PERCENT_STEPS[2]['value']:g}%.",
+        [
+            Q(f"min({HEADROOM_NOW})", "Headroom", instant=True),
+            Q(f"max({of_tightest(pod_rule(r.LIMIT, CGROUPS))})", "Max", instant=True),
+        ],
+        unit="bytes", w=4, h=4, steps=HEADROOM_PERCENT_STEPS, percent_steps=True,
+        instant=True, min_zero=True, runbooks=["HeadroomMemoryNearLimit"],
+        transformations=[{
+            "id": "configFromData",
+            "options": {
+                "configRefId": "B",
+                "mappings": [{"fieldName": "Max", "handlerKey": "max"}],
+                "applyTo": {"id": "byFrameRefID", "options": "A"},
+            },
+        }],
     ),
     stat(
         "Unreclaimable / limit",
-        "Share of the limit the kernel cannot reclaim without swap (anon, shmem, kernel). "
-        "Orange above 85% (HeadroomMemoryReclaimAtLimit territory), red above 95% "
-        "(HeadroomMemoryNearLimit).",
-        [(cgroup_rule(r.UNRECLAIMABLE_RATIO), "{{container}}")],
-        unit="percentunit", w=4,
-        steps=thresholds(("green", 0), ("orange", 0.85), ("red", 0.95)),
+        "Share of the tightest cgroup's limit the kernel cannot reclaim without swap "
+        f"(anon, shmem, kernel; {r.UNRECLAIMABLE_RATIO}). Orange from "
+        f"{RATIO_STEPS[1]['value']:.0%} (HeadroomMemoryReclaimAtLimit territory), red from "
+        f"{RATIO_STEPS[2]['value']:.0%} (HeadroomMemoryNearLimit).",
+        [Q(f"max({of_tightest(pod_rule(r.UNRECLAIMABLE_RATIO, CGROUPS))})",
+           "unreclaimable / limit", instant=True)],
+        unit="percentunit", w=4, h=4, steps=RATIO_STEPS, instant=True,
+        runbooks=["HeadroomMemoryNearLimit", "HeadroomMemoryReclaimAtLimit"],
     ),
     stat(
-        f"Growth since baseline ({BASELINE})",
-        f"Rise of the unreclaimable floor (lowest value over {BASELINE}) since the window "
-        f"before ({r.UNRECLAIMABLE_BASELINE_RISE}): growth that diurnal load cannot "
-        "explain. Needs two windows of data.",
-        [(cgroup_rule(r.UNRECLAIMABLE_BASELINE_RISE), "{{container}}")],
-        unit="bytes", w=4,
+        "Fastest-growing process",
+        f"The process name whose anon + mapped shmem grows fastest now (slope over "
+        f"{DERIV}, the window of time to limit), in the selected containers. Orange from "
+        f"{MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
+        f"({CONFIG.min_baseline_rise_bytes >> 20} MiB) per {BASELINE}. 'nothing grows' "
+        "when no process does.",
+        [Q(f"topk(1, {process_growth(CONTAINERS)} > 0)", "{{process}}", instant=True)],
+        unit="binBps", w=4, h=4, instant=True, text_mode="value_and_name",
+        steps=thresholds(("green", 0), ("orange", MIN_GROWTH_BPS)), no_value="nothing grows",
+    ),
+    stat(
+        "Hidden memory growth",
+        f"Slope over {DERIV} of the memory no process accounts for in the pod cgroup "
+        f"({r.HIDDEN}): /dev/shm or memory emptyDir files no process maps, kernel memory, "
+        f"a dead container's charges. Orange from {MIN_HIDDEN_GROWTH_BPS:.0f} B/s: "
+        f"HeadroomHiddenMemoryGrowth's minimum rise ({CONFIG.hidden_min_rise_bytes >> 20} "
+        f"MiB) per {BASELINE}.",
+        [Q(f"max({HIDDEN_GROWTH})", "hidden", instant=True)],
+        unit="binBps", w=4, h=4, instant=True, no_value="nothing hidden",
+        steps=thresholds(("green", 0), ("orange", MIN_HIDDEN_GROWTH_BPS)),
+        runbooks=["HeadroomHiddenMemoryGrowth"],
     ),
     stat(
         "OOM kills in range",
-        "OOM kills in the pod during the dashboard's time range: the pod cgroup's "
-        "memory.events oom_kill (hierarchical: any container) and headroom's own watcher.",
-        [
-            (
-                f"sum(increase({OOM_EVENTS}[{RANGE}]))",
-                "cgroup events",
-            ),
-            (f"sum(increase({metric(c.OOM_KILLS_TOTAL, *RAW)}[{RANGE}]))", "watcher"),
-        ],
-        unit="short", w=4, instant=True,
-        steps=thresholds(("green", 0), ("red", 1)), no_value="0",
+        "OOM kills in the pod during the dashboard's time range, from any source: the "
+        "pod cgroup's memory.events (cgroup v2, hierarchical), the containers' counters "
+        "(cgroup v1 counts a kill only in the victim's cgroup) and headroom's watcher; "
+        "the largest, rounded. The link opens the exporter's post-mortem documents.",
+        [Q(f"sum({oom_kills(RANGE, *SCOPE)})", "OOM kills", instant=True)],
+        unit="short", w=4, h=4, instant=True, steps=OOM_STEPS, no_value="0",
+        links=[OOM_DOCS_LINK], runbooks=["HeadroomPodOOMKilled"],
     ),
-    # --- the pod cgroup --------------------------------------------------------------------
-    row("Memory against the limit"),
+    # --- how close and when, over time --------------------------------------------------
+    timeseries(
+        "Unreclaimable against the limit (tightest cgroup)",
+        "The tightest cgroup's limit, unreclaimable memory (what reaches the limit before "
+        "an OOM kill) and the kubelet's working set, which counts active page cache and "
+        f"stays flat while page cache is squeezed out. Dotted: unreclaimable {CRITICAL} "
+        f"ahead, predict_linear over {DERIV} (the critical page's horizon). Annotations: "
+        "OOM kills and firing headroom alerts.",
+        [
+            (tightest_line(r.LIMIT),
+             "{{container}} limit"),
+            (tightest_line(r.UNRECLAIMABLE),
+             "{{container}} unreclaimable"),
+            (tightest_line(r.WORKING_SET),
+             "{{container}} working set"),
+            (
+                tightest_line(r.UNRECLAIMABLE,
+                              lambda s: f"predict_linear({s}[{DERIV}], {CRITICAL_S})"),
+                "{{container}} unreclaimable in " + CRITICAL + " (projection)",
+            ),
+        ],
+        unit="bytes", w=12, h=10, min_zero=True, legend_table=True,
+        overrides=[
+            limit_style(".*limit$"),
+            override_regex(".*unreclaimable$", custom__lineWidth=3, color=fixed("orange")),
+            override_regex(".*working set$", color=fixed("text")),
+            override_regex(".*projection\\)$", custom__lineStyle=DOTTED,
+                           color=fixed("orange"), custom__fillOpacity=0),
+        ],
+        runbooks=["HeadroomMemoryFillingUp"],
+    ),
+    timeseries(
+        "Pod usage by process, no process, page cache",
+        "The pod cgroup's usage, stacked: each process name's anon + mapped shmem (PSS "
+        "where read, else RSS; all containers), then memory no process owns "
+        f"({r.HIDDEN}: unmapped /dev/shm files, kernel memory, a dead container's "
+        "charges), then page cache and reclaimable kernel memory (usage - unreclaimable), "
+        "which the kernel takes back before an OOM kill. The stack adds up to usage. "
+        "Dashed: the pod's limit.",
+        [
+            (per_process_attributed(ANY_CONTAINER), "{{process}}"),
+            (f"max({POD_HIDDEN})", "no process (hidden)"),
+            (f"max({POD_USAGE} - {POD_UNRECL})", "page cache (reclaimable)"),
+            (f"max({POD_LIMIT})", "pod limit"),
+        ],
+        unit="bytes", w=12, h=10, stack=True, min_zero=True, legend_table=True,
+        legend_right=True,
+        overrides=[
+            limit_style("pod limit"),
+            override("no process (hidden)", color=fixed(HIDDEN_COLOUR)),
+            override("page cache (reclaimable)", color=fixed(PAGE_CACHE_COLOUR),
+                     custom__fillOpacity=10),
+        ],
+        runbooks=["HeadroomHiddenMemoryGrowth"],
+    ),
+    # --- what grows, and vLLM next to it -------------------------------------------------
+    timeseries(
+        "What grows: per process and hidden, bytes/s",
+        f"Slope over {DERIV} of each process name's anon + mapped shmem (selected "
+        "containers) and of the memory no process accounts for (pod cgroup). A line that "
+        "stays above zero is the leak; hidden growth with no process growing is /dev/shm, "
+        "pinned memory or kernel memory.",
+        [
+            (process_growth(CONTAINERS), "{{process}}"),
+            (f"max({HIDDEN_GROWTH})", "no process (hidden)"),
+        ],
+        unit="binBps", w=12, h=10, legend_table=True,
+        overrides=[override("no process (hidden)", color=fixed(HIDDEN_COLOUR),
+                            custom__lineWidth=2)],
+    ),
+    timeseries(
+        "vLLM KV cache and CPU offload against the headroom",
+        "On the same time axis: KV-cache usage per medium (right axis), vLLM's CPU "
+        f"KV-offload tier (capacity, resident, pending: {r.KV_OFFLOAD_PENDING}) and the "
+        "tightest cgroup's headroom. Pending above headroom: the pod is OOM-killed when "
+        "the tier fills (HeadroomKVOffloadWillNotFit).",
+        [
+            (f"max({HEADROOM_NOW})", "headroom"),
+            (f"sum({OFFLOAD_BYTES})", "offload capacity"),
+            (
+                f"sum(max by {KV_BY} ({OFFLOAD_BYTES})\n* on {KV_BY}\n"
+                f"max by {KV_BY} ({OFFLOAD_USAGE}))",
+                "offload resident",
+            ),
+            (f"sum({pod_rule(r.KV_OFFLOAD_PENDING, CONTAINERS)})", "offload pending"),
+            (f"max by (medium) ({KV_USAGE})", "KV usage {{medium}}"),
+        ],
+        unit="bytes", w=12, h=10, legend_table=True, min_zero=True,
+        overrides=[
+            override("headroom", custom__lineWidth=3, color=fixed("green")),
+            override("offload pending", custom__lineWidth=3, color=fixed("orange")),
+            override_regex("KV usage .*", unit="percentunit", max=1,
+                           custom__axisPlacement="right", custom__lineStyle=DOTTED),
+        ],
+        runbooks=["HeadroomKVOffloadWillNotFit"],
+    ),
+]
+
+details = [
+    # --- cgroups and kinds -------------------------------------------------------------
+    row("Memory by cgroup and kind"),
     timeseries(
         "Pod cgroup: memory against the limit",
-        "The pod-level cgroup (container=\"\"): its limit, the peak between scrapes "
-        "(bursts the scrape misses), usage, the kubelet's working set, and unreclaimable "
-        "memory, the figure that reaches the limit before an OOM kill. A flat working set "
-        "over a rising unreclaimable line is page cache being squeezed out.",
+        "The pod-level cgroup (container=\"\"): it contains every container, plus memory "
+        "charged to the pod that no live container holds. Unreclaimable is what reaches "
+        "the limit; usage and working set include page cache the kernel takes back.",
         memory_lines(POD_CGROUP, ""),
         unit="bytes", legend_table=True, overrides=LINE_STYLES, min_zero=True,
     ),
     timeseries(
         "Pod cgroup: memory by kind",
-        "The pod cgroup's usage split by kind, least reclaimable at the bottom: anon, "
-        "shmem (/dev/shm, memory emptyDir, CUDA pinned host memory), kernel, sock, "
-        "unaccounted; then page cache (file_active, file_inactive), which the kernel can "
-        "reclaim. The kinds sum to usage exactly; the dashed line is the limit.",
-        [
-            *kinds_stack(POD_CGROUP, "sum"),
-            (f"max({metric(c.MEMORY_LIMIT_BYTES, *RAW, POD_CGROUP)})", "limit"),
-        ],
-        unit="bytes", stack=True, legend_table=True, overrides=[limit_style("^limit$")],
-        min_zero=True,
+        "Usage of the pod cgroup by kind, stacked (the kinds sum to usage). Warm: what "
+        "the kernel cannot reclaim (anon, shmem, kernel, unaccounted); cool: page cache. "
+        "Page cache shrinking while anon or shmem grows is the squeeze before the kill.",
+        [*kinds_stack(POD_CGROUP, "max"), (f"max({POD_LIMIT})", "limit")],
+        unit="bytes", stack=True, legend_table=True, min_zero=True,
+        overrides=[*kind_colours(), limit_style("limit")],
     ),
     timeseries(
         "Containers: memory against the limit",
-        "The same lines per selected container: a container with its own limit is "
-        "OOM-killed at that limit, whatever the pod cgroup's headroom.",
-        memory_lines(CONTAINERS, "{{container}} "),
+        "Each selected container's effective limit (its own or the pod's, whichever is "
+        "smaller), peak, usage, working set and unreclaimable memory.",
+        [(e, "{{container}} " + leg) for e, leg in memory_lines(CONTAINERS, "")],
         unit="bytes", legend_table=True, overrides=LINE_STYLES, min_zero=True,
     ),
     timeseries(
         "Containers: memory by kind",
-        "Usage of the selected containers, summed, by kind (stacked as on the pod "
-        "cgroup panel). The pod cgroup minus this is memory charged to the pod but to no "
-        "live container (see 'Charged to the pod outside its containers').",
+        "The selected containers, summed, by kind (stacked as on the pod cgroup panel). "
+        "The pod cgroup minus this is memory charged to the pod but to no live container.",
         kinds_stack(CONTAINERS, "sum"),
-        unit="bytes", stack=True, legend_table=True, min_zero=True,
+        unit="bytes", stack=True, legend_table=True, min_zero=True, overrides=kind_colours(),
     ),
-    # --- growth -------------------------------------------------------------------------------
-    row("Growth since the baseline"),
+    timeseries(
+        "tmpfs used against the pod's headroom",
+        "The pod's tmpfs mounts (/dev/shm, emptyDir medium Memory): bytes used, against "
+        "the pod cgroup's headroom (what the files can still grow by before the kill). The "
+        "mount's size is in the legend only: a /dev/shm sized like the node would flatten "
+        "the axis. Used bytes are shmem charged to the pod and outlive container restarts.",
+        [
+            (f"max by (mount) ({metric(c.TMPFS_USED_BYTES, *RAW)})", "{{mount}} used"),
+            (f"max by (mount) ({metric(c.TMPFS_SIZE_BYTES, *RAW)})", "{{mount}} size"),
+            (f"max({pod_rule(r.HEADROOM, POD_CGROUP)})", "pod headroom"),
+        ],
+        unit="bytes", legend_table=True, min_zero=True,
+        overrides=[legend_only(".* size$"),
+                   override("pod headroom", color=fixed("green"), custom__lineWidth=2)],
+        runbooks=["HeadroomSharedMemoryFillingUp", "HeadroomStaleSharedMemory"],
+    ),
     timeseries(
         f"Baseline: unreclaimable floor ({BASELINE}) vs now",
         f"Unreclaimable memory now and its baseline, the lowest value over {BASELINE} "
         f"({r.UNRECLAIMABLE_BASELINE}); the working-set baseline for comparison. Diurnal "
-        "load returns to the same floor; a floor that steps up every night is growth "
-        "(the 3 AM kills). Pod cgroup and selected containers.",
+        "load returns to the same floor; a floor that steps up every night is growth. "
+        "For a pod younger than the window, the floor since it started.",
         [
             (cgroup_rule(r.UNRECLAIMABLE), "{{container}} unreclaimable"),
             (cgroup_rule(r.UNRECLAIMABLE_BASELINE), "{{container}} unreclaimable baseline"),
             (cgroup_rule(r.WORKING_SET_BASELINE), "{{container}} working set baseline"),
         ],
         unit="bytes", legend_table=True,
-        overrides=[{
-            "matcher": {"id": "byRegexp", "options": ".*baseline$"},
-            "properties": [{"id": "custom.lineStyle", "value": DASHED}],
-        }],
+        overrides=[override_regex(".*baseline$", custom__lineStyle=DASHED)],
     ),
     timeseries(
         "Growth since baseline, by kind",
         f"Each kind of the pod cgroup minus its own lowest value over {BASELINE} (for a "
         "pod younger than that, since it started): which kind grew. anon up: a process "
-        "leaks (see by process); shmem up with no process's rss_shmem up: /dev/shm files "
-        "or pinned memory no process maps; file going negative: page cache squeezed out.",
-        [
-            (
-                f"max by (kind) ({growth_since_baseline(pod_kind(kind))})",
-                kind,
-            )
-            for kind in STACKED_KINDS
-        ],
-        unit="bytes", legend_table=True,
+        "leaks; shmem up with no process's rss_shmem up: /dev/shm files or pinned memory "
+        "no process maps; file going negative: page cache squeezed out.",
+        [(f"max by (kind) ({growth_since_baseline(pod_kind(kind))})", kind)
+         for kind in STACKED_KINDS],
+        unit="bytes", legend_table=True, overrides=kind_colours(),
     ),
-    timeseries(
-        "Growth since baseline, by process",
-        f"Anonymous and mapped shared memory (RSS) of each process name of the selected "
-        f"containers minus its lowest value over {BASELINE}: which process grew "
-        "(EngineCore, Worker_TPn leaks show here; APIServer for the multimodal cache).",
-        [
-            (
-                f"sum by (process, kind) ({growth_since_baseline(PROCESS_ATTRIBUTED_RSS)})",
-                "{{process}} {{kind}}",
-            )
-        ],
-        w=24, unit="bytes", legend_table=True,
-    ),
-    # --- processes -----------------------------------------------------------------------------
+    # --- processes -------------------------------------------------------------------------
     row("Processes"),
     timeseries(
         "Memory per process (RSS)",
@@ -271,13 +450,11 @@ panels = [
         "processes of that name) from /proc/PID/status: rss_anon, rss_shmem, rss_file. "
         "Shared pages count once per process that maps them, so the stack can exceed "
         "the cgroup; see PSS.",
-        [
-            (
-                f"sum by (process, kind) (max by {by(*W, 'process', 'kind')} "
-                f"({metric(c.PROCESS_MEMORY_BYTES, *RAW, CONTAINERS, re_('kind', RSS_KINDS))}))",
-                "{{process}} {{kind}}",
-            )
-        ],
+        [(
+            f"sum by (process, kind) (max by {by(*P, 'kind')} "
+            f"({metric(c.PROCESS_MEMORY_BYTES, *RAW, CONTAINERS, re_('kind', RSS_KINDS))}))",
+            "{{process}} {{kind}}",
+        )],
         unit="bytes", stack=True, legend_table=True, h=10,
     ),
     timeseries(
@@ -285,183 +462,152 @@ panels = [
         "Proportional set size per process name (anon, shmem, file) from smaps_rollup: "
         "shared pages split between the processes that map them, so this stack adds up. "
         "Read at a low rate and skipped above the exporter's size gate.",
-        [
-            (
-                f"sum by (process, kind) (max by {by(*W, 'process', 'kind')} "
-                f"({metric(c.PROCESS_MEMORY_PSS_BYTES, *RAW, CONTAINERS)}))",
-                "{{process}} {{kind}}",
-            )
-        ],
+        [(
+            f"sum by (process, kind) (max by {by(*P, 'kind')} "
+            f"({metric(c.PROCESS_MEMORY_PSS_BYTES, *RAW, CONTAINERS)}))",
+            "{{process}} {{kind}}",
+        )],
         unit="bytes", stack=True, legend_table=True, h=10,
     ),
     timeseries(
-        "Processes by name",
-        "How many processes of each name run in the selected containers: a worker that "
-        "died or respawned shows here.",
-        [
-            (
-                f"sum by (process) (max by {by(*W, 'process')} "
-                f"({metric(c.PROCESS_COUNT, *RAW, CONTAINERS)}))",
-                "{{process}}",
-            )
-        ],
-        unit="short", min_zero=True,
+        f"Growth since baseline ({BASELINE}), by process",
+        f"Anonymous and mapped shared memory (RSS) of each process name of the selected "
+        f"containers minus its lowest value over {BASELINE} (since start for a younger "
+        "pod): which process grew (EngineCore, Worker_TPn leaks show here; APIServer for "
+        "the multimodal cache).",
+        [(
+            f"sum by (process, kind) ({growth_since_baseline(metric(c.PROCESS_MEMORY_BYTES, *RAW, CONTAINERS, re_('kind', ATTRIBUTED_KINDS)))})",  # noqa: E501
+            "{{process}} {{kind}}",
+        )],
+        unit="bytes", legend_table=True,
     ),
     timeseries(
         "GPU memory per process",
         "GPU memory each process name uses, per GPU, from NVML. Not charged to the "
         "cgroup, but pinned host buffers that mirror it are (shmem).",
-        [
-            (
-                f"sum by (process, gpu) (max by {by(*W, 'process', 'gpu', 'uuid')} "
-                f"({metric(c.PROCESS_GPU_MEMORY_BYTES, *RAW, CONTAINERS)}))",
-                "{{process}} GPU {{gpu}}",
-            )
-        ],
+        [(
+            f"sum by (process, gpu) (max by {by(*P, 'gpu', 'uuid')} "
+            f"({metric(c.PROCESS_GPU_MEMORY_BYTES, *RAW, CONTAINERS)}))",
+            "{{process}} GPU {{gpu}}",
+        )],
         unit="bytes", stack=True, min_zero=True,
     ),
-    # --- what no process accounts for -----------------------------------------------------------
-    row("Memory no process accounts for"),
-    timeseries(
-        "Hidden memory (no process accounts for it)",
-        f"Unreclaimable memory minus what the processes account for, anon + mapped shmem, "
-        f"PSS where read else RSS ({r.HIDDEN}, {r.PROCESS_ATTRIBUTED}). What is left: "
-        "/dev/shm or memory emptyDir files no process maps, kernel memory, charges of a "
-        "dead container reparented to the pod cgroup. HeadroomHiddenMemoryGrowth fires "
-        "when its floor rises.",
-        [
-            (cgroup_rule(r.HIDDEN), "{{container}} hidden"),
-            (cgroup_rule(r.PROCESS_ATTRIBUTED), "{{container}} attributed to processes"),
-        ],
-        w=8, unit="bytes", legend_table=True, min_zero=True,
-    ),
-    timeseries(
-        "tmpfs mounts: used vs size",
-        "The pod's tmpfs mounts (/dev/shm, emptyDir medium Memory): bytes used and the "
-        "mount's size. Used bytes are shmem charged to the pod and never reclaimed; they "
-        "outlive container restarts. HeadroomSharedMemoryFillingUp watches these.",
-        [
-            (
-                f"max by (mount) ({metric(c.TMPFS_USED_BYTES, *RAW)})",
-                "{{mount}} used",
-            ),
-            (
-                f"max by (mount) ({metric(c.TMPFS_SIZE_BYTES, *RAW)})",
-                "{{mount}} size",
-            ),
-        ],
-        w=8, unit="bytes", legend_table=True, overrides=[limit_style(".* size$")], min_zero=True,
-    ),
-    timeseries(
-        "Charged to the pod outside its containers",
-        "Unreclaimable kinds of the pod cgroup minus the sum over its live containers: "
-        "memory charged to the pod that no running container holds, typically pages "
-        "(/dev/shm files, kernel objects) of a killed container, reparented to the pod.",
-        [
-            (
-                f"max by (kind) ({metric(c.MEMORY_BYTES, *RAW, POD_CGROUP, UNRECL)})\n"
-                f"- on (kind)\n"
-                f"sum by (kind) (max by {by(*W, 'kind')} "
-                f"({metric(c.MEMORY_BYTES, *RAW, ANY_CONTAINER, UNRECL)}))",
-                "{{kind}}",
-            )
-        ],
-        w=8, unit="bytes", legend_table=True,
-    ),
-    # --- vLLM ------------------------------------------------------------------------------------
-    row("vLLM: KV cache, prefix cache, CPU offload"),
+    # --- vLLM detail -------------------------------------------------------------------------
+    row("vLLM: KV cache, prefix cache, requests"),
     timeseries(
         "KV cache blocks in use vs capacity",
         "KV-cache blocks in use (usage ratio x capacity) and the capacity, per medium "
         "(gpu; cpu for the offload tier) and engine. GPU blocks live in GPU memory; CPU "
         "blocks are pinned host memory charged to the pod as shmem.",
         [
-            (
-                f"max by (engine, medium) ({KV_USAGE})\n"
-                f"* on (engine, medium)\n"
-                f"max by (engine, medium) ({KV_BLOCKS})",
-                "{{medium}} in use (engine {{engine}})",
-            ),
-            (
-                f"max by (engine, medium) ({KV_BLOCKS})",
-                "{{medium}} capacity (engine {{engine}})",
-            ),
+            (f"max by (engine, medium) ({KV_USAGE})\n* on (engine, medium)\n"
+             f"max by (engine, medium) ({KV_BLOCKS})", "{{medium}} in use (engine {{engine}})"),
+            (f"max by (engine, medium) ({KV_BLOCKS})", "{{medium}} capacity (engine {{engine}})"),
         ],
-        w=8, unit="short", legend_table=True, overrides=[limit_style(".*capacity.*")],
+        w=6, unit="short", legend_table=True, overrides=[limit_style(".*capacity.*")],
         min_zero=True,
     ),
     timeseries(
         "Prefix-cache entries vs capacity",
         "Live prefix-cache blocks counted from vLLM's KV cache events, per medium, "
-        "against the KV capacity in blocks. Offloaded prefixes fill the CPU tier until it "
-        "is resident; absent when KV events are off.",
+        "against the KV capacity in blocks; absent when KV events are off.",
         [
-            (
-                f"max by (engine, medium) ({PREFIX_BLOCKS})",
-                "{{medium}} prefix-cache blocks (engine {{engine}})",
-            ),
-            (
-                f"max by (engine, medium) ({KV_BLOCKS})",
-                "{{medium}} capacity (engine {{engine}})",
-            ),
+            (f"max by (engine, medium) ({PREFIX_BLOCKS})",
+             "{{medium}} prefix-cache blocks (engine {{engine}})"),
+            (f"max by (engine, medium) ({KV_BLOCKS})", "{{medium}} capacity (engine {{engine}})"),
         ],
-        w=8, unit="short", legend_table=True, overrides=[limit_style(".*capacity.*")],
+        w=6, unit="short", legend_table=True, overrides=[limit_style(".*capacity.*")],
         min_zero=True,
-    ),
-    timeseries(
-        "CPU KV-offload tier against the memory left",
-        "vLLM's CPU KV-offload tier: its capacity, the part resident now, and the part "
-        f"not yet in use ({r.KV_OFFLOAD_PENDING}), against the headroom of the pod "
-        "cgroup and the containers. Pending above headroom: the pod is OOM-killed when "
-        "the tier fills (HeadroomKVOffloadWillNotFit).",
-        [
-            (
-                f"sum({OFFLOAD_BYTES})",
-                "offload capacity",
-            ),
-            (
-                f"sum(max by {by(*W, 'model_name', 'engine')} "
-                f"({OFFLOAD_BYTES})\n"
-                f"* on {by(*W, 'model_name', 'engine')}\n"
-                f"max by {by(*W, 'model_name', 'engine')} "
-                f"({OFFLOAD_USAGE}))",
-                "offload resident",
-            ),
-            (f"sum({metric(r.KV_OFFLOAD_PENDING, *RULES, CONTAINERS)})", "offload pending"),
-            (cgroup_rule(r.HEADROOM), "{{container}} headroom"),
-        ],
-        w=8, unit="bytes", legend_table=True, min_zero=True,
-        overrides=[override("offload pending", custom__lineWidth=3)],
     ),
     timeseries(
         "Requests: running and waiting",
         "vLLM requests by state (running, waiting; swapped on V0). Kills with nothing "
         "running point at growth unrelated to load.",
-        [
-            (
-                f"sum by (state) (max by {by(*W, 'model_name', 'engine', 'state')} "
-                f"({metric(c.VLLM_REQUESTS, *RAW, CONTAINERS)}))",
-                "{{state}}",
-            )
-        ],
-        unit="short", min_zero=True, w=8,
+        [(
+            f"sum by (state) (max by {by(*W, 'model_name', 'engine', 'state')} "
+            f"({metric(c.VLLM_REQUESTS, *RAW, CONTAINERS)}))",
+            "{{state}}",
+        )],
+        unit="short", min_zero=True, w=6,
     ),
     timeseries(
         "Preemptions",
         "Requests the vLLM scheduler preempted per second: KV cache pressure (the GPU "
         "tier is full).",
-        [
-            (
-                f"sum by (engine) (rate({PREEMPTIONS}[{RATE}]))",
-                "engine {{engine}}",
-            )
-        ],
-        unit="reqps", min_zero=True, w=8,
+        [(f"sum by (engine) (rate({PREEMPTIONS}[{RATE}]))", "engine {{engine}}")],
+        unit="reqps", min_zero=True, w=6,
+    ),
+    # --- collapsed: kernel signals ---------------------------------------------------------
+    row("Pressure, memory events and swap", collapsed=True),
+    timeseries(
+        "Memory pressure (PSI stall time)",
+        "Share of time tasks stalled on memory (PSI memory.pressure, cgroup v2): some = at "
+        "least one task, full = all tasks. It rises as reclaim at the limit stalls "
+        "allocations, before the OOM kill.",
+        [(
+            name_pod_cgroup(
+                f"max by {by(*W, 'level')} "
+                f"(rate({metric(c.MEMORY_PRESSURE_SECONDS_TOTAL, *RAW, CGROUPS)}[{RATE}]))"
+            ),
+            "{{container}} {{level}}",
+        )],
+        unit="percentunit", min_zero=True, w=8,
+    ),
+    timeseries(
+        "Memory events (reclaim at the limit, OOM)",
+        "memory.events per interval: max = the cgroup hit its limit and the kernel "
+        "reclaimed (memory.failcnt on v1), high = over memory.high, oom / oom_kill = the "
+        "OOM killer ran (on v1 only in the victim's own cgroup).",
+        [(
+            name_pod_cgroup(
+                f"round(max by {by(*W, 'event')} (increase("
+                f"{metric(c.MEMORY_EVENTS_TOTAL, *RAW, CGROUPS, EVENTS)}"
+                f"[{RATE}]))) > 0"
+            ),
+            "{{container}} {{event}}",
+        )],
+        unit="short", bars=True, min_zero=True, w=8,
+        runbooks=["HeadroomMemoryReclaimAtLimit"],
+    ),
+    timeseries(
+        "Swap in use",
+        "Swap the cgroups use: memory that would otherwise count as unreclaimable.",
+        [(
+            name_pod_cgroup(f"max by {by(*W)} ({metric(c.MEMORY_SWAP_BYTES, *RAW, CGROUPS)})"),
+            "{{container}}",
+        )],
+        unit="bytes", min_zero=True, w=8,
+    ),
+    # --- collapsed: bookkeeping ------------------------------------------------------------
+    row("Processes by name, charges outside containers, vLLM /metrics read", collapsed=True),
+    timeseries(
+        "Processes by name",
+        "How many processes of each name run in the selected containers: a worker that "
+        "died or respawned shows here.",
+        [(
+            f"sum by (process) (max by {by(*P)} ({metric(c.PROCESS_COUNT, *RAW, CONTAINERS)}))",
+            "{{process}}",
+        )],
+        unit="short", min_zero=True, w=8,
+    ),
+    timeseries(
+        "Charged to the pod outside its containers",
+        "Unreclaimable kinds of the pod cgroup minus the sum over its live containers: "
+        "memory charged to the pod that no running container holds, typically pages "
+        "(/dev/shm files, kernel objects) of a killed container, reparented to the pod.",
+        [(
+            f"max by (kind) ({metric(c.MEMORY_BYTES, *RAW, POD_CGROUP, UNRECL)})\n"
+            f"- on (kind)\n"
+            f"sum by (kind) (max by {by(*W, 'kind')} "
+            f"({metric(c.MEMORY_BYTES, *RAW, ANY_CONTAINER, UNRECL)}))",
+            "{{kind}}",
+        )],
+        w=8, unit="bytes", legend_table=True, overrides=kind_colours(),
     ),
     stat(
         "vLLM /metrics read",
-        "Whether headroom read this pod's vLLM /metrics on the last scrape: the panels of "
-        "this row are blind while it fails (HeadroomVLLMScrapeFailing).",
+        "Whether headroom read this pod's vLLM /metrics on the last scrape: the vLLM "
+        "panels are blind while it fails (HeadroomVLLMScrapeFailing).",
         [(f"max by (container) ({metric(c.VLLM_UP, *RAW, CONTAINERS)})", "{{container}}")],
         unit="none", w=8, h=8,
         steps=thresholds(("red", 0), ("green", 1)),
@@ -469,77 +615,41 @@ panels = [
             "0": {"text": "failing", "index": 0},
             "1": {"text": "read", "index": 1},
         }}],
-    ),
-    # --- kernel signals -------------------------------------------------------------------
-    row("Pressure and memory events"),
-    timeseries(
-        "Memory pressure (PSI stall time)",
-        "Share of time tasks stalled on memory (PSI memory.pressure, cgroup v2): some = at "
-        "least one task, full = all tasks. It rises as reclaim at the limit stalls "
-        "allocations, before the OOM kill.",
-        [
-            (
-                name_pod_cgroup(
-                    f"max by {by(*W, 'level')} "
-                    f"(rate({metric(c.MEMORY_PRESSURE_SECONDS_TOTAL, *RAW, CGROUPS)}[{RATE}]))"
-                ),
-                "{{container}} {{level}}",
-            )
-        ],
-        unit="percentunit", min_zero=True, w=8,
-    ),
-    timeseries(
-        "Memory events (reclaim at the limit, OOM)",
-        "memory.events per interval: max = the cgroup hit its limit and the kernel "
-        "reclaimed (memory.failcnt on v1), high = over memory.high, oom / oom_kill = the "
-        "OOM killer ran. Hierarchical: the pod cgroup counts its containers' events.",
-        [
-            (
-                name_pod_cgroup(
-                    f"max by {by(*W, 'event')} (increase("
-                    f"{metric(c.MEMORY_EVENTS_TOTAL, *RAW, CGROUPS, EVENTS)}"
-                    f"[{RATE}])) > 0"
-                ),
-                "{{container}} {{event}}",
-            )
-        ],
-        unit="short", bars=True, min_zero=True, w=8,
-    ),
-    timeseries(
-        "Swap in use",
-        "Swap the cgroups use: memory that would otherwise count as unreclaimable.",
-        [
-            (
-                name_pod_cgroup(f"max by {by(*W)} ({metric(c.MEMORY_SWAP_BYTES, *RAW, CGROUPS)})"),
-                "{{container}}",
-            )
-        ],
-        unit="bytes", min_zero=True, w=8,
+        runbooks=["HeadroomVLLMScrapeFailing"],
     ),
 ]
 
 _RESET_SEL = (*RAW, ANY_CONTAINER)
+ALERTS = (
+    'ALERTS{alertname=~"Headroom.*", alertstate="firing", '
+    f"{NAMESPACE}, {POD}}}"
+)
 
 dashboard = dashboard(
     uid="headroom-pod",
     title="headroom / pod memory",
-    description="One pod: how far from its memory limit and when it will hit it, what "
-    "the kernel cannot reclaim, what grew since the baseline (by kind, by process), "
-    "vLLM's KV cache and offload tier, and memory no process accounts for.",
-    variables=[namespace_var(multi=False), pod_var(), container_var()],
-    panels=panels,
+    description="One pod: how close to its memory limit and when it will hit it, what "
+    "grows and in which process, memory no process accounts for, and vLLM's KV cache and "
+    "offload tier, on the first screen; details by cgroup, kind and process below.",
+    variables=[namespace_var(multi=False), pod_var(), container_var(), exporter_var()],
+    panels=[*first_screen, *details],
+    links=[
+        link("OOM post-mortems (exporter /debug/oom/)", OOM_DOCS, new_tab=True,
+             tooltip="The flight-recorder documents of this pod's OOM kills, served by the "
+             "exporter that reports it (its address: reachable in the cluster, or through "
+             "kubectl port-forward)"),
+        link("Node of this pod", dashboard_url("node", "var-node=${exporter}"),
+             tooltip="headroom / node for the exporter that reports this pod"),
+        link("Fleet", dashboard_url("fleet", "${namespace:queryparam}"),
+             tooltip="headroom / fleet, this namespace"),
+    ],
     annotations=[
         annotation(
-            "OOM kill (cgroup memory.events)",
-            f"max by (namespace, pod) (increase({OOM_EVENTS}[{RATE}])) > 0",
-            color="red", title="OOM kill", text="{{namespace}}/{{pod}}: oom_kill event",
+            "OOM kill",
+            f"{oom_kills(RATE, *SCOPE)} > 0",
+            color="red",
         ),
-        annotation(
-            "OOM kill (headroom watcher)",
-            f"sum by (namespace, pod, process) "
-            f"(increase({metric(c.OOM_KILLS_TOTAL, *RAW)}[{RATE}])) > 0",
-            color="dark-red", title="OOM kill", text="victim: {{process}}",
-        ),
+        annotation("Firing headroom alert", ALERTS, color="orange"),
         annotation(
             "Container restart (counters reset)",
             # A restarted container gets a new cgroup: its kernel counters start again
@@ -549,7 +659,7 @@ dashboard = dashboard(
             f"or\n"
             f"max by (namespace, pod, container) "
             f"(resets({metric(c.MEMORY_EVENTS_TOTAL, *_RESET_SEL)}[{RATE}])) > 0",
-            color="orange", title="Container restart", text="{{container}} restarted",
+            color="purple",
         ),
     ],
 )

@@ -5,61 +5,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
 from exporter import __version__, factory
 from exporter.config import Config, ConfigError, add_flags, build_config
+from exporter.connections import ConnectionGuard
+from exporter.logs import setup_logging
 from exporter.oncall import explain, top
-from exporter.server import make_app
+from exporter.server import Security, make_app, start_server
+from exporter.webconfig import WebConfigError
 
 log = logging.getLogger("exporter")
 
 USAGE_ERROR = 2
-
-
-class _LogfmtFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        msg = record.getMessage().replace('"', '\\"')
-        line = f'ts={ts}.{int(record.msecs):03d}Z level={record.levelname.lower()} ' \
-               f'logger={record.name} msg="{msg}"'
-        if record.exc_info:
-            line += f' exc="{self.formatException(record.exc_info)!r}"'
-        return line
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        extra = getattr(record, "fields", None)
-        if isinstance(extra, dict):
-            doc.update(extra)
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, sort_keys=False)
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else _LogfmtFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,26 +49,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(config: Config) -> None:
+async def serve(config: Config, security: Security | None = None) -> None:
+    """Runs until SIGINT or SIGTERM (a graceful stop); SIGHUP re-reads the web config
+    file and changes nothing else (the kernel's default for SIGHUP would kill the exporter
+    with no cleanup)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    security = security or Security.load(config.web.config_file)
+    loop.add_signal_handler(signal.SIGHUP, security.reload)
     exporter = factory.build(config)
     # Started before the site accepts scrapes: the sampler runs from the start, once.
     exporter.start()
-    app = make_app(exporter)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config.web.listen[0] or None, config.web.listen[1])
+    guard = ConnectionGuard(config.web.max_connections or None, config.web.header_timeout,
+                            config.web.idle_timeout)
+    app = make_app(exporter, security, guard)
+    runner: web.AppRunner | None = None
     try:
-        await site.start()
-        log.info("listening on %s:%d (collectors: %s)", config.web.listen[0] or "*",
-                 config.web.listen[1], ", ".join(s.name for s in exporter.sources))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        runner, _ = await start_server(app, config.web.listen[0] or None, config.web.listen[1])
+        log.info("listening on %s:%d (%s; collectors: %s)", config.web.listen[0] or "*",
+                 config.web.listen[1], "TLS" if security.listener_ssl else "plain HTTP",
+                 ", ".join(s.name for s in exporter.sources))
         await stop.wait()
         log.info("shutting down")
     finally:
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         await exporter.aclose()
 
 
@@ -131,17 +102,20 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return explain.run(args) if args.command == "explain" else top.run(args)
     problems = [f"unknown flag {u}" for u in unknown]
     config: Config | None = None
+    security: Security | None = None
     try:
         config = build_config(args, env)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+        security = Security.load(config.web.config_file)
+    except (ConfigError, WebConfigError) as exc:
+        problems.extend(f"--web.config.file: {p}" if isinstance(exc, WebConfigError) else p
+                        for p in exc.problems)
     if problems or config is None:
         print("headroom serve: bad configuration:\n  " + "\n  ".join(problems),
               file=sys.stderr)
         return USAGE_ERROR
     setup_logging(config.log.level, config.log.format)
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, security))
     except OSError as exc:  # the port is taken, most often
         log.error("cannot serve: %s", exc)
         return 1

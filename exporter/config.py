@@ -42,10 +42,29 @@ def _directory(path: Path) -> str | None:
     return None if path.is_dir() else f"{path} is not a directory"
 
 
+def _non_negative(value: int) -> str | None:
+    return None if value >= 0 else "must be 0 (automatic) or more"
+
+
 @dataclass(frozen=True)
 class WebSettings(Settings):
     listen: tuple[str, int] = setting("--web.listen-address", ":9847", parse_listen,
                                       "address to serve /metrics on")
+    config_file: Path | None = setting(
+        "--web.config.file", "", optional_path,
+        "exporter-toolkit web config (TLS, basic auth, headers); re-read on SIGHUP "
+        "(empty: plain HTTP)")
+    max_connections: int = setting(
+        "--web.max-connections", "0", int,
+        "open HTTP connections kept; beyond it the longest-idle one is closed (0: a "
+        "quarter of the open-file limit, at most 256)", check=_non_negative)
+    header_timeout: float = setting(
+        "--web.header-timeout", "10s", parse_duration,
+        "time a new connection has to send a request head (and a TLS handshake)",
+        check=positive)
+    idle_timeout: float = setting(
+        "--web.idle-timeout", "90s", parse_duration,
+        "time a keep-alive connection may wait between requests", check=positive)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.collectors.procfs import is_vllm_process, split_cmdline
+from exporter.collectors.procfs import CMDLINE_MAX_BYTES, is_vllm_process, split_cmdline
 from exporter.model import CgroupRef
-from exporter.paths import CgroupLayoutError, HostPaths, MemoryHierarchy, self_memory_cgroup
+from exporter.paths import (
+    CgroupLayoutError,
+    HostPaths,
+    MemoryHierarchy,
+    cgroupns_root,
+    read_bytes,
+    resolve_cgroup,
+    self_memory_cgroup,
+)
 from exporter.workloads import dedupe, find_kubepods, tracked_refs, walk_kubepods
 
 log = logging.getLogger(__name__)
@@ -25,8 +33,9 @@ class Discovered:
     refs: tuple[CgroupRef, ...]
 
 
-def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
-    """vLLM processes on the host by command line -> their memory cgroups."""
+def scan_vllm_processes(paths: HostPaths, ns_root: str | None = None) -> dict[str, list[int]]:
+    """vLLM processes on the host by command line -> their memory cgroups (resolved
+    against our cgroup namespace's root, see paths.cgroupns_root)."""
     found: dict[str, list[int]] = {}
     try:
         entries = [e for e in paths.procfs.iterdir() if e.name.isdigit()]
@@ -34,10 +43,10 @@ def scan_vllm_processes(paths: HostPaths) -> dict[str, list[int]]:
         return found
     for entry in entries:
         try:
-            argv = split_cmdline((entry / "cmdline").read_bytes())
+            argv = split_cmdline(read_bytes(entry / "cmdline", limit=CMDLINE_MAX_BYTES))
             if not is_vllm_process(argv):
                 continue
-            cgroup = self_memory_cgroup(paths.procfs, entry.name)
+            cgroup = resolve_cgroup(self_memory_cgroup(paths.procfs, entry.name), ns_root)
         except (OSError, CgroupLayoutError):
             continue  # exited, or a kernel thread
         found.setdefault(cgroup, []).append(int(entry.name))
@@ -56,6 +65,7 @@ class Discovery:
         self._hierarchy: MemoryHierarchy | None = None
         self._host_scan_at = -1e18
         self._host_vllm: dict[str, list[int]] = {}
+        self._cgroupns: tuple[str | None] | None = None
 
     def hierarchy(self) -> MemoryHierarchy:
         """Detected once; until then every scrape tries again (CgroupLayoutError)."""
@@ -72,6 +82,16 @@ class Discovery:
         kubepods = self._kubepods if self._kubepods is not None else find_kubepods(h)
         return h, kubepods.strip("/") if kubepods is not None else None
 
+    def _ns_root(self, h: MemoryHierarchy) -> str | None:
+        """Our cgroup namespace root, found once and said once (paths.cgroupns_root)."""
+        if self._cgroupns is None:
+            root = cgroupns_root(self._paths.procfs, h)  # CgroupLayoutError: discovery fails
+            if root is not None:
+                log.warning("headroom runs in its own cgroup namespace, rooted at /%s: "
+                            "host processes' cgroup paths are resolved against it", root)
+            self._cgroupns = (root,)
+        return self._cgroupns[0]
+
     def discover(self) -> Discovered:
         h = self.hierarchy()
         kubepods = self._kubepods if self._kubepods is not None else find_kubepods(h)
@@ -84,7 +104,7 @@ class Discovery:
         now = self._clock()
         if now - self._host_scan_at >= HOST_SCAN_INTERVAL:
             self._host_scan_at = now
-            self._host_vllm = scan_vllm_processes(self._paths)
+            self._host_vllm = scan_vllm_processes(self._paths, self._ns_root(h))
         outside = [cg for cg in self._host_vllm
                    if kubepods is None or not (cg + "/").startswith(kubepods + "/")]
         refs.extend(tracked_refs([*self._track, *outside]))

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import MetricSpec
+from exporter.logs import escape_control
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -70,6 +71,13 @@ def format_value(v: float) -> str:
 
 
 def escape_label(value: str) -> str:
+    """The exposition's escapes, after the last line of defence against hostile values:
+    control (but newline, which the format escapes), bidi-override and undecodable
+    characters (a lone surrogate would make the whole body unencodable, a 500 for every
+    scrape) become visible escapes. Sources bound lengths where values enter
+    (labels.bounded)."""
+    if not value.isascii() or not value.isprintable():
+        value = escape_control(value, keep_newline=True)  # the format escapes \n itself
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value

@@ -49,6 +49,8 @@ TABLE: tuple[Part, ...] = (
     Part("alerts", _artifacts_of("alerts.generate"),
          owns=("alerts/*.rules.yaml", "alerts/tests/*.test.yaml"),
          chart_copies=f"{CHART_FILES}/rules", copy_glob="*.rules.yaml"),
+    Part("alertmanager", _artifacts_of("alerts.alertmanager"), owns=("alerts/alertmanager.yaml",),
+         chart_copies=f"{CHART_FILES}/alertmanager", copy_glob="alertmanager.yaml"),
     Part("dashboards", _artifacts_of("dashboards.generate"), owns=("dashboards/*.json",),
          chart_copies=f"{CHART_FILES}/dashboards", copy_glob="*.json"),
     Part("chart", _chart, owns=(chart.FLAGS, chart.VALUES, chart.SCHEMA, chart.README)),

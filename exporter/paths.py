@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
+import resource
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +47,14 @@ class HostPaths:
 
     def proc_file(self, pid: int | str, name: str) -> str:
         return f"{self.procfs}/{pid}/{name}"
+
+    def require_procfs(self) -> None:
+        """Raise unless ``procfs`` holds a procfs: with /proc gone (unmounted, a hostPath
+        that vanished) every pid would look exited, and a collector would report success
+        with no series (red-team F18)."""
+        if not os.path.exists(f"{self.procfs}/meminfo"):
+            raise FileNotFoundError(
+                errno.ENOENT, f"{self.procfs} holds no procfs (no meminfo): is /proc mounted?")
 
     def detect_memory_hierarchy(self) -> MemoryHierarchy:
         """Find the memory controller by the files present, not by kernel version.
@@ -82,7 +93,10 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     On v1 the line with ``memory`` in its controller list; on a pure v2 host the ``0::``
     line. Hybrid hosts list both; the v1 memory line wins when it exists.
     """
-    text = (procfs / str(pid) / "cgroup").read_text()
+    # Cgroup names are bytes: a pod may create one that is not UTF-8 (red-team F20 failed
+    # discovery on every host scan). surrogateescape keeps the exact bytes for the
+    # filesystem; label values escape them (labels.bounded).
+    text = (procfs / str(pid) / "cgroup").read_bytes().decode("utf-8", "surrogateescape")
     v2_path = None
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -98,19 +112,79 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     return v2_path
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
+def cgroupns_root(procfs: Path, hierarchy: MemoryHierarchy, max_dirs: int = 20000
+                  ) -> str | None:
+    """Where this process's cgroup namespace is rooted, relative to the hierarchy root;
+    None when it shares pid 1's (the host's, with hostPID).
+
+    In a private cgroup namespace (the default for containers on cgroup v2, or
+    ``unshare -C``) /proc/PID/cgroup shows paths relative to that root (``/../../x``):
+    taken as they are, every host process's cgroup resolves to a wrong directory and is
+    silently not monitored (red-team F20). pid 1 at the host root reads as
+    ``/..`` repeated once per level of our root (the namespace files of pid 1 may not be
+    readable, the paths always are); the root is the directory at that depth that holds
+    our own cgroup. Raises CgroupLayoutError when it cannot be found.
+    """
+    try:
+        up = [p for p in self_memory_cgroup(procfs, 1).split("/") if p]
+        own = self_memory_cgroup(procfs, "self")
+    except (OSError, CgroupLayoutError):
+        return None  # no hostPID, or a fixture tree
+    if not up or up[0] != "..":
+        return None  # pid 1 is at or below our root: the host's view
+    if any(part != ".." for part in up):
+        raise CgroupLayoutError("in a private cgroup namespace, and pid 1 is not at the "
+                                "root of the hierarchy: cannot place it")
+    depth = len(up)
+    level = [""]
+    for _ in range(depth):
+        nxt: list[str] = []
+        for rel in level:
+            try:
+                with os.scandir(hierarchy.dir(rel)) as it:
+                    nxt.extend(f"{rel}/{e.name}".strip("/") for e in it
+                               if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            if len(nxt) > max_dirs:
+                raise CgroupLayoutError("cgroup tree too large to find our namespace root")
+        level = nxt
+    me = str(os.getpid())
+    for rel in level:
+        try:
+            procs = Path(hierarchy.file(posixpath.join(rel, own), "cgroup.procs")).read_text()
+        except OSError:
+            continue
+        if me in procs.split():
+            return rel
+    raise CgroupLayoutError("in a private cgroup namespace whose root was not found in "
+                            f"{hierarchy.root}: run headroom in the host's cgroup namespace")
+
+
+def resolve_cgroup(rel: str, ns_root: str | None) -> str:
+    """A /proc/PID/cgroup path (without the leading slash) relative to the hierarchy."""
+    if not ns_root:
+        return posixpath.normpath("/" + rel).strip("/") if ".." in rel else rel
+    return posixpath.normpath(f"/{ns_root}/{rel}").strip("/")
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """Read a small kernel file with raw syscalls: 4-5x cheaper than pathlib's read_text,
-    which matters at thousands of /proc and cgroup reads per scrape."""
+    which matters at thousands of /proc and cgroup reads per scrape. ``limit``: read at
+    most that many bytes (a file a process fills, like cmdline)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
+        left = limit if limit is not None else -1
+        while left != 0:
+            chunk = os.read(fd, 65536 if left < 0 else min(left, 65536))
             if not chunk:
                 break
             chunks.append(chunk)
-            if len(chunk) < 4096:  # kernel files return what they have in one read
-                break
+            left -= len(chunk) if left > 0 else 0
+            # Read to EOF: a seq_file hands out one page per read (cgroup.procs of a
+            # cgroup with more than ~680 processes came back cut at 4 KiB, and every
+            # process past the first page went unseen).
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -118,6 +192,41 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 
 def read_text(path: str | os.PathLike[str]) -> str:
     return read_bytes(path).decode("utf-8", "replace")
+
+
+def default_fd_budget(soft: int | None = None) -> int:
+    """Descriptors all OpenFiles together may keep open: half the soft open-file limit,
+    less a reserve. The other half is for HTTP connections (a quarter, see
+    connections.py) and transient opens (cgroup.procs, cmdline, sockets to vLLM)."""
+    if soft is None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(0, soft // 2 - 64)
+
+
+class FdBudget:
+    """A process-wide count of kept-open descriptors (thread-safe)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
+
+
+FD_BUDGET = FdBudget(default_fd_budget())
+_NO_FDS = (errno.EMFILE, errno.ENFILE)
 
 
 class OpenFiles:
@@ -130,12 +239,20 @@ class OpenFiles:
     error is raised as FileNotFoundError. ``sweep`` closes what a pass did not use, so a
     removed cgroup is never pinned for longer than one scrape. Not thread-safe: one
     instance per collector.
+
+    Bounded: descriptors are kept only while the process-wide ``FdBudget`` allows (half
+    the open-file limit); beyond it a file is opened, read and closed each time. A node
+    with more processes than the limit (red-team F7: 1,100 processes at 1,024 fds left the
+    exporter at its limit, unable to accept a scrape) costs syscalls, not availability.
+    On EMFILE/ENFILE every descriptor this instance keeps is given back and the read is
+    retried once, open-read-close.
     """
 
-    def __init__(self, max_open: int = 4096) -> None:
+    def __init__(self, max_open: int = 4096, budget: FdBudget | None = None) -> None:
         self._fds: dict[str, int] = {}
         self._used: set[str] = set()
         self.max_open = max_open
+        self._budget = budget or FD_BUDGET
 
     def read_text(self, path: str) -> str:
         fd = self._fds.get(path)
@@ -144,17 +261,33 @@ class OpenFiles:
                 return self._pread(path, fd)
             except FileNotFoundError:
                 pass  # a stale descriptor (pid reused, cgroup re-created): open afresh
-        if len(self._fds) >= self.max_open:
-            return read_text(path)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError propagates
+        if len(self._fds) >= self.max_open or not self._budget.take():
+            return self._read_once(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError propagates
+        except OSError as exc:
+            self._budget.give()
+            if exc.errno in _NO_FDS:
+                self.close()
+                return self._read_once(path)
+            raise
         self._fds[path] = fd
         return self._pread(path, fd)
+
+    def _read_once(self, path: str) -> str:
+        try:
+            return read_text(path)
+        except OSError as exc:
+            if exc.errno not in _NO_FDS or not self._fds:
+                raise
+            self.close()  # out of descriptors: give ours back and try once more
+            return read_text(path)
 
     def _pread(self, path: str, fd: int) -> str:
         self._used.add(path)
         try:
             data = os.pread(fd, 65536, 0)
-            if len(data) == 65536:  # larger than one read: fall back to a plain read
+            if len(data) >= 4096:  # maybe one seq_file page of more: read to EOF
                 data = read_bytes(path)
         except OSError as exc:
             self._close(path)
@@ -168,6 +301,7 @@ class OpenFiles:
         self._used.discard(path)
         if fd is not None:
             os.close(fd)
+            self._budget.give()
 
     def sweep(self) -> None:
         for path in [p for p in self._fds if p not in self._used]:

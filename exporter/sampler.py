@@ -120,7 +120,6 @@ class PeakSampler:
         self.window = window
         self._clock = clock
         self._lock = threading.Lock()
-        self._tracked: frozenset[str] = frozenset()
         self._windows: dict[str, WindowMax] = {}
         self._lifetime: dict[str, int] = {}
         self._stop = threading.Event()
@@ -146,7 +145,6 @@ class PeakSampler:
         with self._lock:
             self._hierarchy = hierarchy
             self._scrape_refs = scrape_refs
-            self._tracked = frozenset(r.path for r in scrape_refs)
 
     # --- the sampling thread -----------------------------------------------------------
 

@@ -1,22 +1,137 @@
-"""The aiohttp application: /metrics, /healthz, /debug/oom/ and a landing page."""
+"""The aiohttp application: /metrics, /healthz, /debug/oom/ and a landing page.
+
+Hardened for a port anyone on the node network can reach: connections are bounded
+(``connections.ConnectionGuard``), ``--web.config.file`` adds TLS, basic auth, response
+headers and a rate limit (exporter-toolkit's format, ``webconfig``), and concurrent
+scrapes of one collection share one rendering (red-team finding F8: 150 concurrent
+scrapes each rendered in the shared thread pool, and the collectors queued behind them
+timed out, so a scrape in the burst came back without workload series).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import html
 import logging
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from exporter import __version__
+from exporter.connections import ConnectionGuard
 from exporter.encode import encode
 from exporter.factory import Exporter
 from exporter.oncall.postmortem_page import render_document, render_index, wants_html
 from exporter.render import render
+from exporter.webconfig import (
+    BasicAuth,
+    TokenBucket,
+    WebConfig,
+    WebConfigError,
+    load_web_config,
+    peer_sans,
+    ssl_context,
+)
 
 log = logging.getLogger(__name__)
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
+
+
+class Security:
+    """The web config in force, swapped whole on SIGHUP (a bad file keeps the old one).
+
+    TLS stays on or off as started (the listener is made once), and the parameters of a
+    handshake other than the certificate, key and client CA (versions, ciphers, client
+    auth type) apply from the next start: each handshake picks up the newest context
+    through the SNI callback, which OpenSSL calls for every ClientHello."""
+
+    def __init__(self, path: Path | None, config: WebConfig | None = None) -> None:
+        self.path = path
+        self.config = config or WebConfig()
+        self._apply(self.config)
+        # The listener's context, fixed at start; handshakes switch to the newest one.
+        self.listener_ssl: ssl.SSLContext | None = self.ssl
+        if self.listener_ssl is not None:
+            self.listener_ssl.sni_callback = self._pick_context
+
+    @classmethod
+    def load(cls, path: Path | None) -> Security:
+        """Raises WebConfigError naming every problem of the file."""
+        return cls(path, load_web_config(path) if path is not None else None)
+
+    def _apply(self, cfg: WebConfig) -> None:
+        self.config = cfg
+        self.auth = BasicAuth(cfg.users)
+        self.limiter = TokenBucket(cfg.rate_interval, cfg.rate_burst) \
+            if cfg.rate_interval > 0 else None
+        self.ssl = ssl_context(cfg.tls) if cfg.tls is not None else None
+
+    def _pick_context(self, sslobj: ssl.SSLObject, name: str | None,
+                      ctx: ssl.SSLContext) -> None:
+        if self.ssl is not None and sslobj.context is not self.ssl:
+            sslobj.context = self.ssl
+
+    def reload(self) -> bool:
+        """Re-read the file; False (and the old config kept) when it is bad."""
+        if self.path is None:
+            log.info("SIGHUP: no --web.config.file to reload")
+            return True
+        try:
+            cfg = load_web_config(self.path)
+        except WebConfigError as exc:
+            log.error("web config not reloaded, keeping the old one: %s", exc)
+            return False
+        if (cfg.tls is None) != (self.config.tls is None):
+            log.error("web config not reloaded: TLS cannot be switched on or off without "
+                      "a restart")
+            return False
+        old = self.config.tls
+        if old is not None and cfg.tls is not None and (
+                old.verify_mode, old.min_version, old.max_version, old.ciphers) != (
+                cfg.tls.verify_mode, cfg.tls.min_version, cfg.tls.max_version,
+                cfg.tls.ciphers):
+            log.warning("web config reloaded; TLS versions, ciphers and client auth type "
+                        "take effect at the next start")
+        self._apply(cfg)
+        log.info("web config reloaded from %s", self.path)
+        return True
+
+
+SECURITY_KEY = web.AppKey("security", Security)
+GUARD_KEY = web.AppKey("connections", ConnectionGuard)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class _Renders:
+    """One rendering per (collection, format), shared by the scrapes that wait on it, in a
+    thread of its own so that renders never queue in front of the collectors."""
+
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="render"))
+    snapshot: object = None
+    bodies: dict[str | None, asyncio.Future[tuple[bytes, str]]] = field(default_factory=dict)
+
+    async def get(self, snapshot: object, accept: str | None,
+                  make: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+        if snapshot is not self.snapshot:
+            self.snapshot, self.bodies = snapshot, {}
+        key = "om" if accept and "application/openmetrics-text" in accept else None
+        fut = self.bodies.get(key)
+        if fut is None:
+            fut = self.bodies[key] = asyncio.get_running_loop().run_in_executor(
+                self.pool, make)
+        return await asyncio.shield(fut)
+
+
+RENDERS_KEY = web.AppKey("renders", _Renders)
+AUTH_POOL_KEY = web.AppKey("auth_pool", ThreadPoolExecutor)
 
 LANDING = """<!doctype html>
 <html><head><title>headroom exporter</title></head>
@@ -40,9 +155,9 @@ async def metrics(request: web.Request) -> web.Response:
     snapshot = await exporter.snapshot()
     accept = request.headers.get("Accept")
     # Rendering a large node is CPU work: keep it off the event loop too.
-    body, content_type = await asyncio.to_thread(
-        lambda: encode([*render(snapshot), *exporter.self_metrics.families()], accept)
-    )
+    body, content_type = await request.app[RENDERS_KEY].get(
+        snapshot, accept,
+        lambda: encode([*render(snapshot), *exporter.self_metrics.families()], accept))
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type
     return resp
@@ -99,12 +214,95 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/html")
 
 
-def make_app(exporter: Exporter) -> web.Application:
-    app = web.Application()
+@web.middleware
+async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Rate limit, client certificate SANs, then basic auth, as exporter-toolkit orders
+    them; /healthz is left open to basic auth (it says only "ok") so that the kubelet's
+    probe works, and stays behind TLS client auth like everything else."""
+    sec = request.app[SECURITY_KEY]
+    if sec.limiter is not None and not sec.limiter.allow():
+        raise web.HTTPTooManyRequests(text="too many requests\n")
+    tls = sec.config.tls
+    if tls is not None and tls.allowed_sans is not None:
+        sans = peer_sans(request.transport.get_extra_info("peercert")
+                         if request.transport else None)
+        if not set(sans) & set(tls.allowed_sans):
+            raise web.HTTPForbidden(text="client certificate SAN not allowed\n")
+    if sec.auth.enabled and request.path != "/healthz":
+        header = request.headers.get("Authorization")
+        ok = sec.auth.cached(header)
+        if ok is None:  # bcrypt: off the loop, in a pool of its own
+            ok = await asyncio.get_running_loop().run_in_executor(
+                request.app[AUTH_POOL_KEY], sec.auth.check, header)
+        if not ok:
+            raise web.HTTPUnauthorized(text="unauthorized\n",
+                                       headers={"WWW-Authenticate": "Basic"})
+    return await handler(request)
+
+
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in request.app[SECURITY_KEY].config.headers.items():
+        response.headers[name] = value
+
+
+def make_app(exporter: Exporter, security: Security | None = None,
+             guard: ConnectionGuard | None = None) -> web.Application:
+    guard = guard if guard is not None else ConnectionGuard()
+    app = web.Application(middlewares=[guard.middleware, security_middleware])
     app[EXPORTER_KEY] = exporter
+    app[SECURITY_KEY] = security if security is not None else Security(None)
+    app[GUARD_KEY] = guard
+    app[RENDERS_KEY] = _Renders()
+    app[AUTH_POOL_KEY] = ThreadPoolExecutor(1, thread_name_prefix="auth")
+    app.on_response_prepare.append(_add_headers)
+    app.on_cleanup.append(_shutdown_pools)
+    app.cleanup_ctx.append(_sweep_connections)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/debug/oom/", oom_index)
     app.router.add_get("/debug/oom/{name}", oom_document)
     app.router.add_get("/", landing)
     return app
+
+
+async def _sweep_connections(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.ensure_future(app[GUARD_KEY].run())
+    yield
+    task.cancel()
+
+
+async def _shutdown_pools(app: web.Application) -> None:
+    app[RENDERS_KEY].pool.shutdown(wait=False, cancel_futures=True)
+    app[AUTH_POOL_KEY].shutdown(wait=False, cancel_futures=True)
+
+
+class GuardedSite(web.TCPSite):
+    """A TCP site whose connections pass through a ConnectionGuard, which admits each at
+    accept and then runs the TLS handshake within its header timeout."""
+
+    def __init__(self, runner: web.BaseRunner, host: str | None, port: int,
+                 guard: ConnectionGuard, ssl_context: ssl.SSLContext | None = None) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=128)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        server: Any = self._runner.server
+        assert server is not None
+        # Plain TCP: the guard admits each connection first, then starts TLS itself.
+        self._server = await asyncio.get_running_loop().create_server(
+            self._guard.wrap(server, self._ssl_context), self._host, self._port,
+            backlog=self._backlog)
+
+
+async def start_server(app: web.Application, host: str | None, port: int
+                       ) -> tuple[web.AppRunner, GuardedSite]:
+    """Runner and listening site. aiohttp's own keep-alive timer is set to the guard's
+    idle timeout; at most 100 request headers (aiohttp's default is 128)."""
+    guard = app[GUARD_KEY]
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=guard.idle_timeout,
+                           max_headers=100, max_field_size=8190, max_line_size=8190)
+    await runner.setup()
+    site = GuardedSite(runner, host, port, guard, app[SECURITY_KEY].listener_ssl)
+    await site.start()
+    return runner, site

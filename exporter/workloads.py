@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from exporter.labels import bounded_unique
 from exporter.model import CgroupRef, PodDirectory, Workload
 from exporter.paths import MemoryHierarchy
 
@@ -183,7 +184,8 @@ def tracked_refs(paths: Iterable[str]) -> list[CgroupRef]:
 def workload_of(ref: CgroupRef, pods: PodDirectory | None) -> Workload:
     """The contract's labels for a cgroup, with the fallback when names are unknown."""
     if ref.pod_uid is None:
-        return Workload("", "/" + ref.path, "")
+        # A path anyone who can create a cgroup chose: bounded, escaped, still unique.
+        return Workload("", bounded_unique("/" + ref.path), "")
     info = pods.lookup(ref.pod_uid) if pods is not None else None
     short = ref.container_id[:12] if ref.container_id else ""
     if info is None:

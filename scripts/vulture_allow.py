@@ -19,6 +19,7 @@ _.decoder
 _.chat_template
 _.handle_starttag  # html.parser.HTMLParser
 _.daemon_threads  # socketserver
+_.exc_text  # logging.LogRecord, read by the formatter
 exc_type  # __aexit__'s signature
 tb
 

@@ -1,7 +1,7 @@
 """Scenario pods for ``headroom explain``, as the exporter would have exported them.
 
 Each scenario is one pod over a few days, modelled as the kernel accounts memory (reusing
-the rules' model in ``alerts.scenarios``: process anon and mapped shmem, shmem no process
+the rules' model in ``alerts.tests.scenarios``: process anon and mapped shmem, shmem no process
 maps, kernel memory, page cache squeezed as the rest grows), plus the series the rules'
 scenarios do not need: every kind of ``headroom_memory_bytes``, the pod's tmpfs with its
 orphaned bytes, and vLLM's KV-cache tiers. ``openmetrics`` writes them as an OpenMetrics
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from alerts import scenarios as s
-from alerts.scenarios import Cgroup, with_page_cache
+from alerts.tests import scenarios as s
+from alerts.tests.scenarios import Cgroup, with_page_cache
 from exporter import catalog as c
 
 GiB, MiB = s.GiB, s.MiB

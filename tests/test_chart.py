@@ -77,6 +77,15 @@ EXTRA_CASES: dict[str, dict[str, Any]] = {
     "window-explicit": {"monitor": {"interval": "30s"}, "exporter": {"sampler": {"window": "1m"}}},
     "no-folder": {"dashboards": {"folder": ""}},
     "release-name": {"nameOverride": "hr"},
+    "web-config-tls": {
+        "webConfig": {"secretName": "headroom-web", "tls": True},
+        "monitor": {"kind": "PodMonitor",
+                    "tlsConfig": {"ca": {"secret": {"name": "headroom-web", "key": "ca.crt"}},
+                                  "serverName": "headroom"},
+                    "basicAuth": {"username": {"name": "scrape", "key": "user"},
+                                  "password": {"name": "scrape", "key": "password"}}}},
+    "web-config-mtls": {"webConfig": {"secretName": "headroom-web", "key": "web.yml",
+                                      "tls": True, "clientAuth": True}},
 }
 # Values Helm must refuse (values.schema.json, or a template `fail`).
 REJECTED_CASES: dict[str, tuple[dict[str, Any], str]] = {
@@ -267,9 +276,14 @@ def _check_crd_structure(obj: dict, pod_labels: dict[str, str], services: list[d
         assert sel.items() <= pod_labels.items(), "selects no exporter pod"
         ports = {"metrics"}
     endpoint_keys = {"port", "path", "scheme", "interval", "scrapeTimeout", "honorLabels",
-                     "relabelings", "metricRelabelings"}
+                     "relabelings", "metricRelabelings", "tlsConfig", "basicAuth"}
     for ep in spec[key]:
         assert set(ep) <= endpoint_keys, set(ep) - endpoint_keys
+        assert ep["scheme"] in ("http", "https")
+        # The operator's SafeTLSConfig and BasicAuth take Secret/ConfigMap references.
+        assert set(ep.get("tlsConfig", {})) <= {"ca", "cert", "keySecret", "serverName",
+                                                "insecureSkipVerify"}
+        assert set(ep.get("basicAuth", {})) <= {"username", "password"}
         assert ep["port"] in ports
         assert re.fullmatch(r"[0-9]+(ms|s|m|h)", ep["interval"])
         for r in ep.get("relabelings", []) + ep.get("metricRelabelings", []):
@@ -400,8 +414,9 @@ def test_pod_placement_and_nvidia(rendered: dict[str, Any], case: str) -> None:
     assert ds["spec"]["updateStrategy"] == values["updateStrategy"]
     c = container(objs)
     assert c["resources"] == values["resources"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    if not values["webConfig"]["secretName"]:  # else: test_web_config_secret_probes_and_scheme
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["ports"] == [{"name": "metrics", "containerPort": values["exporter"]["port"],
                            "protocol": "TCP"}]
     secrets = spec.get("imagePullSecrets", [])
@@ -447,6 +462,8 @@ def expected_args(values: dict[str, Any]) -> list[str]:
         args.append(f"--flight-recorder.dir={fr['mountPath']}")
     if fr["window"]:
         args.append(f"--flight-recorder.window={fr['window']}")
+    if values["webConfig"]["secretName"]:
+        args.append(f"--web.config.file=/etc/headroom/web/{values['webConfig']['key']}")
     args += [f"--log.level={e['logLevel']}", f"--log.format={e['logFormat']}"]
     return args + list(values["extraArgs"])
 
@@ -510,9 +527,46 @@ def test_exporter_accepts_the_args(case: str, tmp_path: Path) -> None:
         assert str(config.recorder.dir) == values["flightRecorder"]["mountPath"]
     else:
         assert config.recorder.dir is None
+    w = values["webConfig"]
+    assert config.web.config_file == (
+        Path("/etc/headroom/web") / w["key"] if w["secretName"] else None)
 
 
 # --- Service and monitors ------------------------------------------------------------------
+
+
+@needs_helm
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_web_config_secret_probes_and_scheme(rendered: dict[str, Any], case: str) -> None:
+    """The web config Secret is mounted read-only; probes follow TLS (HTTPS) and client
+    auth (a TCP check); the monitor scrapes https with the TLS and basic auth given."""
+    values = merge(DEFAULTS, CASES[case])
+    w = values["webConfig"]
+    objs = objects(rendered, case)
+    c, pod = container(objs), pod_spec(objs)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        if w["secretName"] and w["clientAuth"]:
+            assert "httpGet" not in probe and probe["tcpSocket"] == {"port": "metrics"}
+        else:
+            assert probe["httpGet"]["path"] == "/healthz"
+            assert probe["httpGet"].get("scheme", "HTTP") == (
+                "HTTPS" if w["secretName"] and w["tls"] else "HTTP")
+    if not w["secretName"]:
+        assert "web-config" not in mounts and "web-config" not in volumes
+        return
+    assert mounts["web-config"] == {"name": "web-config", "mountPath": "/etc/headroom/web",
+                                    "readOnly": True}
+    assert volumes["web-config"]["secret"] == {"secretName": w["secretName"],
+                                               "defaultMode": 0o400}
+    monitors = [o for o in objs if o["kind"] in ("ServiceMonitor", "PodMonitor")]
+    for m in monitors:
+        key = "endpoints" if m["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
+        (ep,) = m["spec"][key]
+        assert ep["scheme"] == ("https" if w["tls"] else "http")
+        assert ep.get("tlsConfig", {}) == values["monitor"]["tlsConfig"]
+        assert ep.get("basicAuth", {}) == values["monitor"]["basicAuth"]
 
 
 @needs_helm

@@ -16,7 +16,7 @@ Lint rules carried over from grafana/dashboard-linter (and why some are adapted)
 - target-counter-agg-rule: a ``_total`` counter only inside rate/irate/increase (and
   resets/changes, which are counter functions too).
 - target-job-rule: every raw headroom series selects ``job=~"$job"``; recording rules
-  carry no job label (the rules select it) and are exempt.
+  carry no job label, so every query that reads one joins it to a raw series that does.
 - plus: every metric name exists in ``exporter.catalog`` or the recording rules (or is
   one of a few series Prometheus writes for every target), every ``$variable`` used is
   defined, data links point at existing dashboards, runbooks name real dashboards.
@@ -29,7 +29,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -40,8 +39,8 @@ from typing import Any
 import pytest
 
 import dashboards
-from alerts.rules import RECORDING_RULES
 from dashboards import generate
+from dashboards.names import RECORDING_RULES
 from exporter import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,11 +48,13 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 PANEL_TYPES = {"timeseries", "stat", "table", "bargauge", "row", "text"}
 # A subset of Grafana's unit ids (dashboard-linter's list): the ones headroom may use.
 VALID_UNITS = {"bytes", "decbytes", "s", "ms", "percentunit", "percent", "short", "none",
-               "reqps", "ops", "Bps", "bool"}
+               "reqps", "ops", "Bps", "binBps", "bool"}
 # Series Prometheus itself writes for every target, or a client library adds.
 EXTERNAL = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
             "process_resident_memory_bytes"}
-KNOWN = {m.name for m in catalog.ALL} | set(RECORDING_RULES) | EXTERNAL
+# Prometheus's own series of firing alerts (the rules' labels, no job).
+RULE_SERIES = {"ALERTS"}
+KNOWN = {m.name for m in catalog.ALL} | set(RECORDING_RULES) | EXTERNAL | RULE_SERIES
 CATALOG_NAMES = {m.name for m in catalog.ALL}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
             "unless", "offset", "bool", "inf", "nan", "Inf", "NaN"}
@@ -164,10 +165,11 @@ def variable_exprs(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 # --- generated files ----------------------------------------------------------------------
-def test_generate_check_passes() -> None:
-    proc = subprocess.run([sys.executable, "-m", "dashboards.generate", "--check"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_one_generator() -> None:
+    """`headroom generate` is the one entry point (issue 9): no `python -m
+    dashboards.generate`."""
+    assert not hasattr(generate, "main")
+    assert "__main__" not in (ROOT / "dashboards" / "generate.py").read_text()
 
 
 def test_generation_is_deterministic_and_committed() -> None:
@@ -212,17 +214,30 @@ def test_current_grafana_model(models: dict[str, dict[str, Any]]) -> None:
         uids.add(d["uid"])
         ids = [p["id"] for p in all_panels(d)]
         assert len(ids) == len(set(ids)), f"{d['uid']}: duplicate panel ids"
-        cells: set[tuple[int, int]] = set()
         for p in all_panels(d):
             assert p["type"] in PANEL_TYPES, (d["uid"], p["title"], p["type"])
-            gp = p["gridPos"]
-            assert {"h", "w", "x", "y"} <= set(gp)
-            assert gp["x"] >= 0 and gp["x"] + gp["w"] <= 24 and gp["h"] > 0
-            for x in range(gp["x"], gp["x"] + gp["w"]):
-                for y in range(gp["y"], gp["y"] + gp["h"]):
-                    assert (x, y) not in cells, f"{d['uid']}: {p['title']} overlaps"
-                    cells.add((x, y))
+        # The page, then each collapsed row as it is when opened.
+        assert_no_overlap(d["uid"], d["panels"])
+        for p in d["panels"]:
+            if p["type"] == "row" and p["collapsed"]:
+                assert p["panels"], f"{d['uid']}: empty collapsed row {p['title']}"
+                assert min(x["gridPos"]["y"] for x in p["panels"]) == p["gridPos"]["y"] + 1
+                assert_no_overlap(d["uid"], p["panels"])
+            elif p["type"] == "row":
+                assert not p["panels"], f"{d['uid']}: open row {p['title']} holds panels"
     assert uids == {"headroom-fleet", "headroom-pod", "headroom-node", "headroom-exporter"}
+
+
+def assert_no_overlap(uid: str, panels: list[dict[str, Any]]) -> None:
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        gp = p["gridPos"]
+        assert {"h", "w", "x", "y"} <= set(gp)
+        assert gp["x"] >= 0 and gp["x"] + gp["w"] <= 24 and gp["h"] > 0
+        for x in range(gp["x"], gp["x"] + gp["w"]):
+            for y in range(gp["y"], gp["y"] + gp["h"]):
+                assert (x, y) not in cells, f"{uid}: {p['title']} overlaps"
+                cells.add((x, y))
 
 
 # --- dashboard-linter rules -------------------------------------------------------------------
@@ -289,6 +304,16 @@ def test_raw_series_select_job() -> None:
         assert not job_violations(expr), (uid, title, expr)
 
 
+def test_recording_rules_are_limited_to_job() -> None:
+    """Recording rules keep no job label: every query that reads one joins it to a raw
+    series of ``$job`` (common.jobbed), so the job variable reaches every panel."""
+    for uid, title, expr in dashboards.queries():
+        rules = metric_names(expr) & set(RECORDING_RULES)
+        if rules:
+            assert expr.count("and on (namespace, pod, container)") >= 1, (uid, title)
+            assert 'job=~"$job"' in expr, (uid, title, expr)
+
+
 def test_metric_names_exist() -> None:
     for uid, title, expr in dashboards.queries():
         unknown = metric_names(expr) - KNOWN
@@ -333,9 +358,16 @@ def test_runbooks_name_existing_dashboards(models: dict[str, dict[str, Any]]) ->
     # Requested from the alerts owner: the vLLM panels live in "headroom / pod memory"
     # (row "vLLM"); there is no separate vLLM dashboard.
     pending: set[str] = set()
+    panel_titles = {p["title"] for d in models.values() for p in all_panels(d)}
     for path in sorted((ROOT / "alerts" / "runbooks").glob("*.md")):
-        for name in re.findall(r"\*(headroom / [^*]+)\*", path.read_text()):
+        text = path.read_text()
+        for name in re.findall(r"\*(headroom / [^*]+)\*", text):
             assert name in titles or name in pending, f"{path.name}: {name}"
+        # A panel a runbook names in quotes exists (a word of a title is enough).
+        for line in text.splitlines():
+            if "panel" in line:
+                for quoted in re.findall(r'"([^"]+)"', line):
+                    assert any(quoted in t for t in panel_titles), f"{path.name}: {quoted}"
 
 
 # --- real Prometheus ------------------------------------------------------------------------

@@ -1,15 +1,19 @@
 """Tier 5, for real: ``headroom serve`` on a real cgroup tree, a real Prometheus (1 s
 scrape and evaluation, the shipped rules with every window shrunk by one factor) and a
-real Alertmanager with a webhook receiver. A process beneath the test's own cgroup grows
-toward its pod's limit; the critical page must reach the webhook before the kernel kills
-it; after the kill the flight-recorder document must exist and name the victim. Then every
-dashboard query runs against that Prometheus and must return data, except the panels
-listed (with their reason) in ``dashboards.MAY_BE_EMPTY``.
+real Alertmanager running the shipped routing and inhibition (``alerts/alertmanager.yaml``)
+with webhook receivers. A process beneath the test's own cgroup grows toward its pod's
+limit; the critical page must reach the webhook before the kernel kills it. As soon as it
+has, the exporter is restarted: the page must neither resolve nor be sent again. After the
+kill the flight-recorder document must exist and name the victim. Then every dashboard
+query runs against that Prometheus and must return data, except the panels listed (with
+their reason) in ``dashboards.MAY_BE_EMPTY``. The raw series of the run are saved when
+``HEADROOM_RECORD_E2E`` names a file (the replay fixture of ``alerts/tests``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -26,17 +30,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import dashboards
-from alerts.config import DEFAULT
+from alerts import alertmanager
 from alerts.generate import rules_yaml
+from exporter.promql import CONFIG
 from tests.kernel import Grower, KernelUnavailable, kube_tree, own_memory_cgroup
 from tests.test_dashboards import substitute_var
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
 MiB = 1 << 20
-SCALE = 360  # 1 h -> 10 s, 1 d -> 4 min: the relations between windows are kept
+SCALE = 240  # 1 h -> 15 s, 1 d -> 6 min: the relations between windows are kept
+# The gap tolerance is counted in scrapes, not in ramp time: 10 min of 30 s scrapes is 20
+# scrapes, 20 s at this test's 1 s scrape; an exporter restart takes a few seconds.
+RULES = CONFIG.scaled(SCALE).replace(hold_s=20, keep_firing_s=30)
 LIMIT = 192 * MiB
 STEP_MIB, STEP_MS = 1, 400  # 2.5 MiB/s: about a minute from start to the limit
 
@@ -75,10 +84,12 @@ def query_range(prom: str, expr: str, start: float, end: float) -> dict[str, Any
 
 
 class Webhook:
-    """Alertmanager's webhook receiver: records (monotonic time, alert) pairs."""
+    """Alertmanager's webhook receivers: records (monotonic time, alert) pairs of firing
+    notifications, and the resolved ones apart."""
 
     def __init__(self) -> None:
         self.received: list[tuple[float, dict[str, Any]]] = []
+        self.resolved: list[tuple[float, dict[str, Any]]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +99,8 @@ class Webhook:
                 for alert in body.get("alerts", []):
                     if alert.get("status") == "firing":
                         outer.received.append((now, alert))
+                    else:
+                        outer.resolved.append((now, alert))
                 self.send_response(200)
                 self.end_headers()
 
@@ -127,20 +140,21 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             exporter_port, prom_port, am_port = free_port(), free_port(), free_port()
             logs = tmp_path / "logs"
             logs.mkdir()
-            exporter = subprocess.Popen(
-                [sys.executable, "-m", "exporter.cli", "serve",
-                 f"--web.listen-address=127.0.0.1:{exporter_port}",
-                 f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
-                 "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
-                 f"--flight-recorder.dir={tmp_path / 'oom'}", "--log.format=json"],
-                stderr=log_file("exporter.log"),
-            )
+            exporter_args = [
+                sys.executable, "-m", "exporter.cli", "serve",
+                f"--web.listen-address=127.0.0.1:{exporter_port}",
+                f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+                "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
+                f"--flight-recorder.dir={tmp_path / 'oom'}", "--log.format=json"]
+            exporter = subprocess.Popen(exporter_args, stderr=log_file("exporter.log"))
             procs.append(exporter)
-            (tmp_path / "am.yml").write_text(
-                "route:\n  receiver: hook\n  group_by: [alertname, severity]\n"
-                "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
-                "receivers:\n- name: hook\n  webhook_configs:\n"
-                f"  - url: http://127.0.0.1:{webhook.port}/\n    send_resolved: false\n")
+            # The shipped routing and inhibition, with this test's receivers and timing.
+            am_cfg = alertmanager.config(group_wait="1s", group_interval="1s",
+                                         repeat_interval="1h")
+            for r in am_cfg["receivers"]:
+                r["webhook_configs"] = [{"url": f"http://127.0.0.1:{webhook.port}/",
+                                         "send_resolved": True}]
+            (tmp_path / "am.yml").write_text(yaml.safe_dump(am_cfg))
             am = subprocess.Popen(
                 ["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
                  f"--storage.path={tmp_path / 'am'}",
@@ -148,7 +162,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 stdout=subprocess.DEVNULL, stderr=log_file("am.log"),
             )
             procs.append(am)
-            (tmp_path / "rules.yaml").write_text(rules_yaml(DEFAULT.scaled(SCALE)))
+            (tmp_path / "rules.yaml").write_text(rules_yaml(RULES))
             (tmp_path / "prometheus.yml").write_text(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                 f"rule_files: [{tmp_path / 'rules.yaml'}]\n"
@@ -166,9 +180,21 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             wait_http(f"http://127.0.0.1:{exporter_port}/healthz", exporter)
             wait_http(f"http://127.0.0.1:{am_port}/-/ready", am)
             wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
+            def restart_exporter() -> float:
+                """Stop the exporter and start a new one on the same address; returns
+                how long no exporter answered."""
+                old = procs[0]
+                down = time.monotonic()
+                old.send_signal(signal.SIGTERM)
+                old.wait(timeout=10)
+                new = subprocess.Popen(exporter_args, stderr=log_file("exporter-2.log"))
+                procs[0] = new
+                wait_http(f"http://127.0.0.1:{exporter_port}/healthz", new)
+                return time.monotonic() - down
+
             yield {"tree": tree, "prom": f"http://127.0.0.1:{prom_port}",
                    "exporter": f"http://127.0.0.1:{exporter_port}", "webhook": webhook,
-                   "tmp": tmp_path}
+                   "tmp": tmp_path, "restart_exporter": restart_exporter}
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -181,6 +207,22 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             webhook.server.server_close()
             for f in files:
                 f.close()
+
+
+def save_replay(path: Path, prom: str, start: float, killed: float, pod: str) -> None:
+    """The run's raw exporter series, 1 s apart, for ``alerts/tests`` to replay through
+    the rules (only what the rules read: headroom's series and ``up``)."""
+    body = query_range(prom, '{job="headroom", __name__=~"headroom_.*|up"}',
+                       math.floor(start), math.floor(killed))
+    series = [{"metric": r["metric"], "values": [[int(t) - math.floor(start), v]
+                                                 for t, v in r["values"]]}
+              for r in body["data"]["result"]]
+    path.write_text(json.dumps({
+        "about": "recorded by tests/test_e2e_alerting.py (HEADROOM_RECORD_E2E): a real "
+                 "exporter scraped every second while a process grew to its OOM kill; "
+                 "the exporter restarted once the page was in",
+        "scale": SCALE, "step_s": 1, "kill_s": math.floor(killed) - math.floor(start),
+        "pod": pod, "series": series}, indent=None, separators=(",", ":")) + "\n")
 
 
 def test_critical_page_arrives_before_the_oom_kill(stack: dict[str, Any]) -> None:
@@ -206,8 +248,17 @@ def test_critical_page_arrives_before_the_oom_kill(stack: dict[str, Any]) -> Non
         time.sleep(5)
         started = time.monotonic()
         g.send(f"grow {STEP_MIB} {STEP_MS}", wait=False)
-        rc = g.wait(timeout=240)
+        # As soon as the page is in, restart the exporter (a DaemonSet pod restarting).
+        restarted = down_s = None
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and g.proc.poll() is None:
+            if restarted is None and webhook.first("critical") is not None:
+                down_s = stack["restart_exporter"]()
+                restarted = time.monotonic()
+            time.sleep(0.05)
+        rc = g.wait(timeout=10)
         killed = time.monotonic()
+        killed_wall = time.time()
     finally:
         g.close()
     assert rc == -9, "the kernel's OOM killer ends the grower"
@@ -223,6 +274,23 @@ def test_critical_page_arrives_before_the_oom_kill(stack: dict[str, Any]) -> Non
     assert page[0] < killed, "the page must arrive before the kill"
     assert page[1]["labels"]["pod"] == uid
     assert page[1]["annotations"]["runbook_url"].endswith(".md")
+
+    # The exporter restart while the page was on: no resolve, no second notification.
+    assert restarted is not None and down_s is not None, "the page came, the restart too"
+    pages = [(t, a) for t, a in webhook.received if a["labels"]["severity"] == "critical"]
+    before_kill = [(t, a) for t, a in pages if t < killed]
+    resolved = [(t, a) for t, a in webhook.resolved
+                if a["labels"]["severity"] == "critical" and t < killed]
+    print(f"exporter down {down_s:.1f} s while paged; critical notifications before the "
+          f"kill: {len(before_kill)} "
+          f"({sorted({a['labels']['alertname'] for _, a in before_kill})}); "
+          f"resolved before the kill: {len(resolved)}")
+    assert len(before_kill) == 1, f"one page, once: {before_kill}"
+    assert not resolved, f"the restart resolved the page: {resolved}"
+
+    record = os.environ.get("HEADROOM_RECORD_E2E")
+    if record:
+        save_replay(Path(record), prom, scenario_start, killed_wall, uid)
 
     # The post-mortem: the flight recorder named the victim and kept the climb.
     docs = list((stack["tmp"] / "oom").glob("*.json"))

@@ -396,13 +396,23 @@ class CgroupSource(SourceBase):
     def __init__(self, paths: HostPaths) -> None:
         self._paths = paths
         self._files = OpenFiles()  # used by one worker thread at a time (the guard)
+        self._node: NodeMemory | None = None
 
     async def collect(self, ctx: Context) -> Result[CgroupData]:
         return await in_thread(lambda: self.read(ctx.hierarchy, ctx.refs))
 
     def read(self, h: MemoryHierarchy, refs: Sequence[CgroupRef]) -> Result[CgroupData]:
-        meminfo = read_text(self._paths.proc("meminfo"))
-        node = NodeMemory(node_memory_bytes(meminfo), node_memory_bytes(meminfo, "MemAvailable"))
+        try:
+            meminfo = read_text(self._paths.proc("meminfo"))
+            self._node = NodeMemory(node_memory_bytes(meminfo),
+                                    node_memory_bytes(meminfo, "MemAvailable"))
+        except OSError:
+            # /proc gone (F18): the cgroup files still tell each cgroup's memory; node
+            # memory (the limit of an unlimited cgroup) keeps its last value. procfs and
+            # tmpfs report the outage.
+            if self._node is None:
+                raise
+        node = self._node
         out: dict[str, CgroupMemory] = {}
         errors: list[str] = []
         for ref in refs:

@@ -21,12 +21,17 @@ from dataclasses import dataclass, field, replace
 
 from exporter.catalog import OTHER_PROCESS
 from exporter.collectors.proctree import api_servers, engine_title, parse_stat
+from exporter.labels import bounded
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
 from exporter.settings import Settings, at_least, parse_duration, parse_size, positive, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
 
 VLLM_TITLE_PREFIX = "VLLM::"
+# A command line is read up to this much: enough for a title or `vllm serve` and its
+# flags; a process may hold megabytes there (ARG_MAX).
+CMDLINE_MAX_BYTES = 64 << 10
+ARGS_KEPT, ARG_MAX_CHARS = 128, 512
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
 
@@ -39,17 +44,22 @@ def split_cmdline(raw: bytes) -> list[str]:
 
 
 def process_name(argv: Sequence[str], comm: str) -> str:
-    """The contract's ``process`` label from a command line (comm when it is empty)."""
+    """The contract's ``process`` label from a command line (comm when it is empty or
+    blank), bounded and escaped (``labels.bounded``): argv[0] is the process's choice,
+    whitespace (``exec -a ' '``, red-team F1) and 128 KiB (F2) included."""
+    fallback = bounded(comm.strip()) or "unknown"
     if not argv:
-        return comm or "unknown"
+        return fallback
     first = argv[0]
     if first.startswith(VLLM_TITLE_PREFIX):
         # A retitled process: the title may be padded, or carry spaces from setproctitle.
-        title = first[len(VLLM_TITLE_PREFIX):].split()
-        return title[0] if title else "vllm"
+        title = first[len(VLLM_TITLE_PREFIX):].split(maxsplit=1)
+        return bounded(title[0]) if title else "vllm"
     if is_vllm_api_server(argv):
         return "APIServer"
-    return os.path.basename(first.split()[0]) or comm or "unknown"
+    words = first.split(maxsplit=1)
+    return bounded(os.path.basename(words[0])) if words and os.path.basename(words[0]) \
+        else fallback
 
 
 def is_vllm_api_server(argv: Sequence[str]) -> bool:
@@ -103,7 +113,10 @@ def parse_smaps_rollup(text: str) -> ProcessPss:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
-            fields[key] = int(rest.split()[0]) * 1024
+            words = rest.split()
+            if not words:  # only ValueError may leave a parser (fuzz tier)
+                raise ValueError(f"smaps_rollup: {key} has no value")
+            fields[key] = int(words[0]) * 1024
     if not fields:
         raise ValueError("smaps_rollup has no Pss_Anon/Pss_File/Pss_Shmem (kernel < 5.7?)")
     return ProcessPss(
@@ -114,7 +127,8 @@ def parse_smaps_rollup(text: str) -> ProcessPss:
 
 
 def parse_cgroup_procs(text: str) -> list[int]:
-    return [int(line) for line in text.split() if line.isdigit() and line != "0"]
+    # isascii: str.isdigit() also accepts digits int() refuses ("¹").
+    return [n for n in (int(w) for w in text.split() if w.isascii() and w.isdigit()) if n]
 
 
 def group_processes(
@@ -224,18 +238,23 @@ class ProcfsCollector:
     def read_process(self, pid: int) -> ProcessStatus | None:
         """One process; None when it exited (or became a zombie) mid-read."""
         try:
-            status = parse_status(self._files.read_text(self._paths.proc_file(pid, "status")))
+            text = self._files.read_text(self._paths.proc_file(pid, "status"))
+            status = parse_status(text)
+            if status is None and "\nState:\tZ" in text:
+                status = self._live_thread_status(pid)
             if status is None:
                 return None
             comm = status[0]
             name = self._names.get((pid, comm))
             if name is None:
                 # Re-read cmdline only when comm changes: vLLM retitles set both.
-                argv = split_cmdline(read_bytes(self._paths.proc_file(pid, "cmdline")))
+                argv = split_cmdline(read_bytes(self._paths.proc_file(pid, "cmdline"),
+                                                limit=CMDLINE_MAX_BYTES))
                 name = process_name(argv, comm)
                 self._names[(pid, comm)] = name
                 if is_vllm_api_server(argv):
-                    self._api_argv[pid] = tuple(argv)
+                    # Kept per process: bounded, whatever the command line holds.
+                    self._api_argv[pid] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
                 else:
                     self._api_argv.pop(pid, None)
                 title = engine_title(argv)
@@ -247,7 +266,26 @@ class ProcfsCollector:
             return None
         return ProcessStatus(pid, name, *status[1:])
 
+    def _live_thread_status(self, pid: int) -> tuple[str, int, int, int, int] | None:
+        """A zombie leader whose other threads run (red-team F6: a container's main
+        thread called pthread_exit): the memory is the thread group's, read through a
+        live thread."""
+        task = self._paths.proc_file(pid, "task")
+        try:
+            tids = [t for t in os.listdir(task) if t.isdigit() and t != str(pid)][:8]
+        except OSError:
+            return None
+        for tid in tids:
+            try:
+                status = parse_status(read_text(f"{task}/{tid}/status"))
+            except OSError:
+                continue
+            if status is not None:
+                return status
+        return None
+
     def collect(self, h: MemoryHierarchy, refs: Sequence[CgroupRef]) -> ProcfsData:
+        self._paths.require_procfs()
         groups: dict[str, tuple[ProcessGroup, ...]] = {}
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
         vllm_argv: dict[str, tuple[str, ...]] = {}
@@ -275,8 +313,9 @@ class ProcfsCollector:
                 procs = self._name_api_servers(procs, servers)
                 if ref.path not in vllm_argv:
                     with contextlib.suppress(OSError):
-                        vllm_argv[ref.path] = tuple(split_cmdline(read_bytes(
-                            self._paths.proc_file(servers[0].pid, "cmdline")))[:256])
+                        argv = split_cmdline(read_bytes(
+                            self._paths.proc_file(servers[0].pid, "cmdline")))
+                        vllm_argv[ref.path] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
             pss = {p.pid: self._pss[p.pid][2] for p in procs if p.pid in self._pss}
             groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
             processes[ref.path] = tuple(procs)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.collectors import procfs
+from exporter.labels import bounded
 from exporter.model import CgroupRef, TmpfsMount
 from exporter.paths import HostPaths, MemoryHierarchy, read_text
 from exporter.source import (
@@ -34,6 +35,7 @@ from exporter.source import (
 
 SHM = "/dev/shm"
 EMPTY_DIR_MARK = "kubernetes.io~empty-dir"
+MAX_MOUNTS = 32  # tmpfs mounts reported per pod: /dev/shm and emptyDirs, bounded
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,15 @@ def _unescape(field: str) -> str:
 
 def parse_mountinfo(text: str) -> list[MountEntry]:
     out = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         left, sep, right = line.partition(" - ")
         if not sep:
             continue
-        lf = left.split()
-        rf = right.split()
+        # Split on the space only: the kernel escapes space, tab, newline and backslash
+        # in paths, nothing else, so str.split()'s Unicode whitespace (\x1c-\x1f, \x85,
+        # U+2028, ...) in a mount point a pod chose would shift every field.
+        lf = [f for f in left.split(" ") if f]
+        rf = [f for f in right.split(" ") if f]
         if len(lf) < 5 or not rf:
             continue
         out.append(MountEntry(dev=lf[2], root=_unescape(lf[3]),
@@ -122,17 +127,34 @@ class TmpfsSource(SourceBase):
         self._statvfs = statvfs or (lambda p: statvfs_usage(os.statvfs(p)))
         self._mount_cache: dict[int, list[MountEntry]] = {}
 
-    def _mounts(self, pid: int) -> list[MountEntry]:
+    def _proc_dir(self, pid: int) -> Path:
+        """/proc/PID, or /proc/PID/task/TID of a live thread when PID is a zombie leader
+        whose other threads run (red-team F6: its mountinfo fails with EINVAL, its ns and
+        root links are gone; the collector failed for the whole node)."""
+        base = self._paths.proc(pid)
+        try:
+            state = read_text(base / "stat").rsplit(")", 1)[-1].split()[:1]
+        except OSError:
+            return base
+        if state != ["Z"]:
+            return base
+        try:
+            tids = [t for t in os.listdir(base / "task") if t.isdigit() and t != str(pid)]
+        except OSError:
+            return base
+        return base / "task" / tids[0] if tids else base
+
+    def _mounts(self, proc: Path) -> list[MountEntry]:
         """The mount table of a process, parsed once per mount namespace: containers of a
         pod share one, and it rarely changes (a new namespace means a new inode)."""
         try:
-            ns = os.stat(self._paths.proc_file(pid, "ns/mnt")).st_ino
+            ns = os.stat(proc / "ns/mnt").st_ino
         except OSError:
             ns = None  # fixture trees and kernels without ns files: no cache
         cached = self._mount_cache.get(ns) if ns is not None else None
         if cached is not None:
             return cached
-        mounts = parse_mountinfo(read_text(self._paths.proc_file(pid, "mountinfo")))
+        mounts = parse_mountinfo(read_text(proc / "mountinfo"))
         if ns is not None:
             self._mount_cache[ns] = mounts
         return mounts
@@ -151,7 +173,7 @@ class TmpfsSource(SourceBase):
                 text = read_text(h.file(ref.path, "cgroup.procs"))
             except FileNotFoundError:
                 continue
-            pids.extend(int(x) for x in text.split() if x.isdigit() and x != "0")
+            pids.extend(int(x) for x in text.split() if x.isascii() and x.isdigit() and int(x))
             if len(pids) >= 3:
                 break
         return pids
@@ -171,6 +193,7 @@ class TmpfsSource(SourceBase):
     ) -> Result[TmpfsData]:
         """``known_pids`` (cgroup path -> pids, from the procfs source) saves reading
         cgroup.procs."""
+        self._paths.require_procfs()
         empty_dirs = self._host_empty_dirs()
         if len(self._mount_cache) > 4 * len(owners) + 16:
             self._mount_cache.clear()  # namespaces of exited pods: keep it bounded
@@ -178,23 +201,30 @@ class TmpfsSource(SourceBase):
         errors: list[str] = []
         for owner, refs in owners.items():
             pids = None
+            last_error = ""
             if known_pids is not None:
                 pids = [pid for r in refs for pid in known_pids.get(r.path, ())][:3]
             for pid in pids or self._first_pid(h, refs):
                 try:
-                    mounts = self._mounts(pid)
+                    proc = self._proc_dir(pid)
+                    mounts = self._mounts(proc)
                     found = []
-                    for m in pod_tmpfs_mounts(mounts, empty_dirs):
-                        target = self._paths.proc(pid, "root") / m.mount_point.lstrip("/")
+                    for m in pod_tmpfs_mounts(mounts, empty_dirs)[:MAX_MOUNTS]:
+                        target = proc / "root" / m.mount_point.lstrip("/")
                         used, size = self._statvfs(target)
-                        found.append(TmpfsMount(m.mount_point, used, size))
+                        found.append(TmpfsMount(bounded(m.mount_point), used, size))
                 except (FileNotFoundError, ProcessLookupError):
                     continue  # the process exited: try the next one
-                except PermissionError as exc:
-                    errors.append(f"{owner}: {exc}")
-                    break
+                except OSError as exc:
+                    # One pod's odd process (EACCES, EINVAL, ELOOP...) is that pod's
+                    # problem: try its next process; the others' mounts are still read.
+                    last_error = f"{owner}: {exc}"
+                    continue
                 result[owner] = tuple(found)
                 break
+            else:
+                if last_error:
+                    errors.append(last_error)
         return partial_result(TmpfsData(result), errors, "pods")
 
 

@@ -147,6 +147,9 @@ written by `headroom generate` from exporter/registry.py). */}}
 {{- with .Values.flightRecorder.window }}
 {{- $args = append $args (printf "--flight-recorder.window=%s" .) }}
 {{- end }}
+{{- with .Values.webConfig.secretName }}
+{{- $args = append $args (printf "--web.config.file=/etc/headroom/web/%s" $.Values.webConfig.key) }}
+{{- end }}
 {{- $args = append $args (printf "--log.level=%s" $e.logLevel) }}
 {{- $args = append $args (printf "--log.format=%s" $e.logFormat) }}
 {{- $args = concat $args .Values.extraArgs }}
@@ -181,4 +184,23 @@ would reject it. hostPaths.recursiveReadOnly: "" leaves it out.
 {{- if and .Values.hostPaths.recursiveReadOnly (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
 recursiveReadOnly: {{ .Values.hostPaths.recursiveReadOnly }}
 {{- end }}
+{{- end }}
+
+{{/*
+A probe from values, fitted to the web config: HTTPS when it serves TLS, a TCP check when
+it requires client certificates (the kubelet presents none). Input: dict probe, root.
+*/}}
+{{- define "headroom.probe" -}}
+{{- $p := deepCopy .probe }}
+{{- $w := .root.Values.webConfig }}
+{{- if and $w.secretName $p.httpGet }}
+{{- if $w.clientAuth }}
+{{- $port := $p.httpGet.port }}
+{{- $_ := unset $p "httpGet" }}
+{{- $_ := set $p "tcpSocket" (dict "port" $port) }}
+{{- else if $w.tls }}
+{{- $_ := set $p.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- end }}
+{{- toYaml $p }}
 {{- end }}

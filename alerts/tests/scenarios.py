@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter import catalog as c
-
-from .config import DAY, HOUR, MINUTE
+from exporter.promql import DAY, HOUR, MINUTE
 
 GiB = 1024**3
 MiB = 1024**2
