@@ -38,7 +38,7 @@ import pytest
 from alerts.generate import rules_yaml
 from dashboards import common, generate
 from exporter.promql import CONFIG, HEADROOM
-from tests.kernel import KernelUnavailable, kube_tree, own_v1_memory_cgroup
+from tests.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
@@ -175,7 +175,7 @@ class Proc:
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     try:
-        own_v1_memory_cgroup()
+        own_memory_cgroup()
     except KernelUnavailable as exc:
         pytest.skip(str(exc))
     if shutil.which("prometheus") is None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.v2guest
 REPO = Path(__file__).resolve().parent.parent
 # The real-kernel tests that run alone (the Prometheus and vLLM ones have tiers of their
 # own and would take many minutes under TCG).
-SELECT = "kernel and not prometheus and not vllm"
+SELECT = "kernel and not prometheus and not vllm and not host_only"
 GUEST_TIMEOUT = 1200  # seconds; about 4-5 minutes seen on 2 loaded cores (11 tests)
 
 
