@@ -17,6 +17,12 @@ real exporter on it and measures:
 - the exporter's RSS after the scrapes (and its high-water mark);
 - the sampler's idle CPU (no scrapes).
 
+``--shm-pods K`` adds K pods with a private /dev/shm (a mount namespace, as a container
+has) holding two 1 MiB files: one held open by the pod's process, one orphaned, so the
+stale /dev/shm check must look at every process of those pods (descriptors, then
+mappings).
+``--orphans-interval 1ms`` makes it rescan on every scrape (its worst case; by default a
+pod is rescanned only when its tmpfs usage or processes change, or every 60 s).
 ``--idle SECONDS`` measures only the exporter's idle CPU (after one warm-up scrape, no
 scrapes at all: the sampler, discovery between scrapes, the kill watch), ``--repeat`` times,
 and prints each run and the median: on a shared machine the median of several windows is
@@ -71,6 +77,9 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=500)
     ap.add_argument("--scrapes", type=int, default=200)
     ap.add_argument("--sampler-interval", default="200ms")
+    ap.add_argument("--shm-pods", type=int, default=0)
+    ap.add_argument("--shm-pod-processes", type=int, default=10)
+    ap.add_argument("--orphans-interval", default="60s")
     ap.add_argument("--idle", type=float, default=0.0,
                     help="measure only idle CPU over windows of this many seconds")
     ap.add_argument("--repeat", type=int, default=5, help="idle windows (with --idle)")
@@ -91,13 +100,31 @@ def main() -> None:
                 procs.write_text(str(os.getpid()))
 
             sleepers.append(subprocess.Popen(["sleep", "3600"], preexec_fn=enter))
+        # pods with a private /dev/shm: one file held open (fd 3 survives exec), one not
+        shm_script = ("mount -t tmpfs -o size=64m tmpfs /dev/shm && "
+                      "head -c 1048576 /dev/zero > /dev/shm/held && "
+                      "head -c 1048576 /dev/zero > /dev/shm/orphan && "
+                      "exec 3</dev/shm/held && exec sleep 3600")
+        for _ in range(args.shm_pods):  # pods of their own: one mount namespace per pod
+            _, pod = tree.pod(qos="burstable", limit=1 << 30)
+            procs = tree.hierarchy.dir(tree.container(pod)[1]) / "cgroup.procs"
+
+            def enter_pod(procs: Path = procs) -> None:
+                procs.write_text(str(os.getpid()))
+
+            sleepers.append(subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", shm_script],
+                preexec_fn=enter_pod))
+            for _ in range(args.shm_pod_processes - 1):  # the rest of the pod's processes
+                sleepers.append(subprocess.Popen(["sleep", "3600"], preexec_fn=enter_pod))
         port = free_port()
         exporter = subprocess.Popen(
             [sys.executable, "-m", "exporter.cli", "serve",
              f"--web.listen-address=127.0.0.1:{port}",
              f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
              "--no-collector.nvml", "--no-collector.vllm",
-             f"--sampler.interval={args.sampler_interval}"],
+             f"--sampler.interval={args.sampler_interval}",
+             f"--tmpfs.orphans-interval={args.orphans_interval}"],
         )
         url = f"http://127.0.0.1:{port}/metrics"
         try:
@@ -160,6 +187,11 @@ def main() -> None:
         for line in body.decode().splitlines()
         if line.startswith("headroom_collector_duration_seconds{")
     }
+    orphaned = sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+                   if line.startswith("headroom_tmpfs_orphaned_bytes{"))
+    print(f"stale /dev/shm             {args.shm_pods} pods of {args.shm_pod_processes} "
+          f"processes with a private /dev/shm, rescanned every {args.orphans_interval}: "
+          f"{orphaned / 2**20:.0f} MiB orphaned")
     print("last scrape, wall ms       " + ", ".join(
         f"{k} {v:.1f}" for k, v in sorted(durations.items())))
 

@@ -105,6 +105,12 @@ TMPFS_USED_BYTES = MetricSpec(
     "Bytes used on a tmpfs mount of the pod (/dev/shm, emptyDir medium Memory); they are "
     "shmem, charged to the pod's memory and never reclaimed without swap.",
 )
+TMPFS_ORPHANED_BYTES = MetricSpec(
+    "headroom_tmpfs_orphaned_bytes", "gauge", (*W, "mount"),
+    "Bytes of files on a tmpfs mount of the pod (/dev/shm, emptyDir medium Memory) that "
+    "no live process of the pod has open or mapped: left by a killed process, charged to "
+    "the pod until removed.",
+)
 TMPFS_SIZE_BYTES = MetricSpec(
     "headroom_tmpfs_size_bytes", "gauge", (*W, "mount"),
     "Size of a tmpfs mount of the pod (its sizeLimit, or the tmpfs default).",
@@ -173,7 +179,20 @@ VLLM_KV_CACHE_USAGE_RATIO = MetricSpec(
 )
 VLLM_PREFIX_CACHE_BLOCKS = MetricSpec(
     "headroom_vllm_prefix_cache_blocks", "gauge", (*V, "medium"),
-    "Live prefix-cache blocks, counted from vLLM's KV cache events.",
+    "Live prefix-cache blocks, counted from vLLM's KV cache events; present only while "
+    "the count is known exactly (see headroom_vllm_kv_events_synced).",
+)
+VLLM_KV_EVENTS_SYNCED = MetricSpec(
+    "headroom_vllm_kv_events_synced", "gauge", (*V, "medium"),
+    "1 while headroom follows that engine's KV cache events and its prefix-cache count "
+    "is exact; 0 while disconnected, or after events were lost (until vLLM clears its "
+    "cache or restarts).",
+)
+VLLM_KV_EVENTS_LOST_TOTAL = MetricSpec(
+    "headroom_vllm_kv_events_lost_total", "counter", (*V, "reason"),
+    "KV cache events lost by reason: gap (batches never applied), overflow (events "
+    "dropped at a bound), garbage (messages that are not event batches), disconnect "
+    "(connections to the publisher lost).",
 )
 VLLM_REQUESTS = MetricSpec(
     "headroom_vllm_requests", "gauge", (*V, "state"),
@@ -244,6 +263,8 @@ PRESSURE_LEVELS: tuple[str, ...] = ("some", "full")
 MEDIUM_GPU = "gpu"
 MEDIUM_CPU = "cpu"
 KV_MEDIA: tuple[str, ...] = (MEDIUM_GPU, MEDIUM_CPU)
+# headroom_vllm_kv_events_lost_total{reason}
+KV_EVENTS_LOST_REASONS: tuple[str, ...] = ("gap", "overflow", "garbage", "disconnect")
 # headroom_vllm_requests{state} (swapped: V0 only)
 REQUEST_STATES: tuple[str, ...] = ("running", "waiting", "swapped")
 # headroom_processes{process}: the name the tail beyond --procfs.max-processes is summed as

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.collectors import cgroup, nvml, procfs, tmpfs
+from exporter.collectors import cgroup, nvml, procfs, tmpfs, tmpfs_orphans
 from exporter.collectors.cgroup import NodeMemory
 from exporter.collectors.nvml import GpuDevice
 from exporter.collectors.vllm import source as vllm
@@ -40,6 +40,8 @@ class WorkloadSnapshot:
     peak: int | None
     processes: tuple[ProcessGroup, ...] = ()
     tmpfs: tuple[TmpfsMount, ...] = ()
+    # mount point -> bytes no live process of the pod holds (pod-level cgroups only)
+    tmpfs_orphaned: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class VllmView:
     workload: Workload
     stats: VllmStats | None  # None: its /metrics could not be read
     prefix_blocks: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    kv_synced: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+    kv_lost: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
     container whose old cgroup lingers) would make duplicate series: the first by path
     wins, and only cgroups with memory data compete."""
     cg, pf, tf = results.get(cgroup.KEY), results.get(procfs.KEY), results.get(tmpfs.KEY)
+    orphans = results.get(tmpfs_orphans.KEY)
     memory = cg.memory if cg is not None else {}
     processes = pf.groups if pf is not None else {}
     mounts = tf.mounts if tf is not None else {}
@@ -123,6 +128,7 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
             peak=peaks.get(ref.path),
             processes=processes.get(ref.path, ()),
             tmpfs=mounts.get(ref.path, ()),
+            tmpfs_orphaned=orphans.orphans.get(ref.path, {}) if orphans is not None else {},
         )
     return tuple(out[w] for w in sorted(out))
 
@@ -171,9 +177,9 @@ def join_vllm(data: vllm.VllmData | None,
     out = []
     for r in data.readings if data is not None else ():
         t = r.target
-        w = workloads.get(t.cgroup) if t.cgroup else Workload("", _hostport(t.url), "")
+        w = workloads.get(t.cgroup) if t.cgroup else Workload("", _hostport(t.shown), "")
         if w is not None:
-            out.append(VllmView(w, r.stats, r.prefix_blocks))
+            out.append(VllmView(w, r.stats, r.prefix_blocks, r.kv_synced, r.kv_lost))
     return tuple(out)
 
 

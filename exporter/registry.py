@@ -8,16 +8,18 @@ line here.
 
 from __future__ import annotations
 
-from exporter.collectors import cgroup, nvml, procfs, tmpfs
+from exporter.collectors import cgroup, nvml, procfs, tmpfs, tmpfs_orphans
 from exporter.collectors.kube import source as kubernetes
 from exporter.collectors.vllm import source as vllm
 from exporter.source import Registered
 
-# Order matters: tmpfs and vLLM read procfs's process table; the join reads them all.
+# Order matters: tmpfs and vLLM read procfs's process table, tmpfs_orphans also tmpfs's
+# mounts; the join reads them all.
 SOURCES: tuple[Registered, ...] = (
     cgroup.SPEC,
     procfs.SPEC,
     tmpfs.SPEC,
+    tmpfs_orphans.SPEC,
     nvml.SPEC,
     vllm.SPEC,
     kubernetes.SPEC,

@@ -70,13 +70,16 @@ def memory_families(snapshot: Snapshot) -> list[Family]:
 
 def tmpfs_families(snapshot: Snapshot) -> list[Family]:
     used, size = Family(c.TMPFS_USED_BYTES), Family(c.TMPFS_SIZE_BYTES)
+    orphaned = Family(c.TMPFS_ORPHANED_BYTES)
     for ws in snapshot.workloads:
-        w = _w(ws) if ws.tmpfs else ""
+        w = _w(ws) if ws.tmpfs or ws.tmpfs_orphaned else ""
         for t in ws.tmpfs:
             tw = f'{w},{_MOUNT}="{escape_label(t.mount)}"'
             used.samples.append((tw, t.used))
             size.samples.append((tw, t.size))
-    return [used, size]
+        for mount, n in sorted(ws.tmpfs_orphaned.items()):
+            orphaned.samples.append((f'{w},{_MOUNT}="{escape_label(mount)}"', n))
+    return [used, size, orphaned]
 
 
 def process_families(snapshot: Snapshot) -> list[Family]:
@@ -146,6 +149,7 @@ def vllm_families(snapshot: Snapshot) -> list[Family]:
                              Family(c.VLLM_KV_CACHE_CAPACITY_BLOCKS))
     usage, prefix = Family(c.VLLM_KV_CACHE_USAGE_RATIO), Family(c.VLLM_PREFIX_CACHE_BLOCKS)
     requests, preemptions = Family(c.VLLM_REQUESTS), Family(c.VLLM_PREEMPTIONS_TOTAL)
+    synced, lost = Family(c.VLLM_KV_EVENTS_SYNCED), Family(c.VLLM_KV_EVENTS_LOST_TOTAL)
     seen: set[Workload] = set()
     for v in snapshot.vllm:
         w = label_pairs(c.WORKLOAD_LABELS, v.workload.labels())
@@ -166,16 +170,21 @@ def vllm_families(snapshot: Snapshot) -> list[Family]:
                 requests.add_to(w, n, e.model_name, e.engine, state)
             if e.preemptions_total is not None:
                 preemptions.add_to(w, e.preemptions_total, e.model_name, e.engine)
-        _prefix_blocks(prefix, w, v)
-    return [up, cap_bytes, cap_blocks, usage, prefix, requests, preemptions]
+        _kv_events(prefix, synced, lost, w, v)
+    return [up, cap_bytes, cap_blocks, usage, prefix, requests, preemptions, synced, lost]
 
 
-def _prefix_blocks(fam: Family, w: str, v: VllmView) -> None:
+def _kv_events(prefix: Family, synced: Family, lost: Family, w: str, v: VllmView) -> None:
+    """KV-event series of one vLLM: an engine's model is the one its /metrics names."""
     assert v.stats is not None
     engines = {e.engine: e.model_name for e in v.stats.engines}
     first = v.stats.engines[0].model_name if v.stats.engines else ""
     for (engine, medium), n in sorted(v.prefix_blocks.items()):
-        fam.add_to(w, n, engines.get(engine) or first, engine, medium)
+        prefix.add_to(w, n, engines.get(engine) or first, engine, medium)
+    for (engine, medium), ok in sorted(v.kv_synced.items()):
+        synced.add_to(w, 1.0 if ok else 0.0, engines.get(engine) or first, engine, medium)
+    for (engine, reason), n in sorted(v.kv_lost.items()):
+        lost.add_to(w, n, engines.get(engine) or first, engine, reason)
 
 
 def source_families(snapshot: Snapshot) -> list[Family]:

@@ -83,8 +83,10 @@ def recorded_pods() -> StaticPods:
 
 
 # Sources that need a GPU, a vLLM or an API server: test_extensions and test_kube run
-# them against recorded stand-ins. Every other registered source runs on the host trees.
-NOT_ON_HOST_TREES = frozenset({"nvml", "vllm", "kubernetes"})
+# them against recorded stand-ins; tmpfs_orphans needs a kernel's file descriptors,
+# mappings and devices (test_tmpfs_orphans runs it on the real one). Every other
+# registered source runs on the host trees.
+NOT_ON_HOST_TREES = frozenset({"nvml", "vllm", "kubernetes", "tmpfs_orphans"})
 
 
 def host_config(host: str) -> Config:

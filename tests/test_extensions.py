@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -27,6 +28,7 @@ from tests.conftest import (
     exposition,
     fixture_pipeline,
     host_config,
+    on_tree,
     parse_exposition,
 )
 from tests.nvml_recorded import RecordedNvmlApi
@@ -59,12 +61,44 @@ async def vllm_server() -> AsyncIterator[tuple[int, list[str]]]:
     await runner.cleanup()
 
 
+API_SERVER = 4100  # the fixture's vLLM API server (vllm serve), listening on 0.0.0.0:8000
+
+
+def listen_on(root: Path, *ports: int) -> None:
+    """Make the fixture's API server listen on ``ports`` (all addresses) in a copy of the
+    tree: the exporter probes the sockets a process really has, not its command line."""
+    rows = "".join(f"{i:4d}: 00000000:{port:04X} 00000000:0000 0A 00000000:00000000 "
+                   f"00:00000000 00000000     0        0 {410001 + i} 1 0000000000000000\n"
+                   for i, port in enumerate(ports))
+    d = root / "proc" / str(API_SERVER)
+    (d / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   "
+        "uid  timeout inode\n" + rows)
+    shutil.rmtree(d / "fd")
+    (d / "fd").mkdir()
+    for i in range(len(ports)):
+        (d / "fd" / str(3 + i)).symlink_to(f"socket:[{410001 + i}]")
+
+
+def host_copy(tmp_path: Path, *ports: int) -> Path:
+    root = tmp_path / HOST
+    shutil.copytree(FIXTURES / "hosts" / HOST, root, symlinks=True)
+    listen_on(root, *ports)
+    return root
+
+
 def pods_for(port: int) -> StaticPods:
     return StaticPods({VLLM_UID: PodInfo(
         uid=VLLM_UID, namespace="llm-serving", name="llama-70b-0",
         containers=(ContainerInfo("kserve-container", VLLM_CID, (8080,)),),
         annotations={"prometheus.io/port": str(port)}, pod_ip="127.0.0.1",
     )})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def gpu(recording: str) -> NvmlSource:
@@ -76,18 +110,32 @@ def vllm_source(timeout: float) -> VllmSource:
                       HostPaths())
 
 
-def with_sources(pods: StaticPods | None, **sources: Source[object]) -> Exporter:
-    """The fixture host's exporter with these sources (by collector name) turned on."""
+def with_sources(pods: StaticPods | None, root: Path | None = None,
+                 **sources: Source[object]) -> Exporter:
+    """The fixture host's exporter (or one on a copy of its tree) with these sources (by
+    collector name) turned on."""
     cfg = host_config(HOST)
+    if root is not None:
+        cfg = on_tree(cfg, root)
     cfg = replace(cfg, collectors=cfg.collectors | set(sources))
+    paths = HostPaths(procfs=cfg.paths.procfs, cgroupfs=cfg.paths.cgroupfs)
+    sources = {k: (vllm_source_on(paths, v) if isinstance(v, VllmSource) else v)
+               for k, v in sources.items()}
     return fixture_pipeline(cfg, pods, sources)
 
 
+def vllm_source_on(paths: HostPaths, v: VllmSource) -> VllmSource:
+    """The same vLLM source reading the tree's /proc."""
+    return VllmSource(v._settings, paths)
+
+
 async def test_gpu_and_vllm_golden(vllm_server: tuple[int, list[str]], update_golden: bool,
-                                   make_pipeline: list) -> None:
+                                   make_pipeline: list, tmp_path: Path) -> None:
     port, _ = vllm_server
     pods = pods_for(port)
-    p = with_sources(pods, nvml=gpu("v1-host-2gpu.json"), vllm=vllm_source(2))
+    # the API server listens on the test server's port and on one that is no vLLM's
+    root = host_copy(tmp_path, free_port(), port)
+    p = with_sources(pods, root, nvml=gpu("v1-host-2gpu.json"), vllm=vllm_source(2))
     make_pipeline.append(p)
     text = await exposition(p)
     golden = GOLDEN / f"{HOST}-gpu-vllm.prom"
@@ -111,15 +159,16 @@ async def test_gpu_and_vllm_golden(vllm_server: tuple[int, list[str]], update_go
 
 
 async def test_vllm_down_or_garbage_marks_the_collector(
-        vllm_server: tuple[int, list[str]], make_pipeline: list) -> None:
+        vllm_server: tuple[int, list[str]], make_pipeline: list, tmp_path: Path) -> None:
     port, mode = vllm_server
     pods = pods_for(port)
-    p = with_sources(pods, vllm=vllm_source(1))
+    root = host_copy(tmp_path, port)
+    p = with_sources(pods, root, vllm=vllm_source(1))
     make_pipeline.append(p)
     w = 'namespace="llm-serving",pod="llama-70b-0",container="kserve-container"'
     mode.append("garbage")
     garbage = parse_exposition(await exposition(p))
-    p.pipeline.pods = pods_for(1)  # nothing listens on port 1
+    listen_on(root, free_port())  # it now listens where nothing answers
     down = parse_exposition(await exposition(p))
     for v in (garbage, down):
         assert v[f"headroom_vllm_up{{{w}}}"] == 0
@@ -148,7 +197,7 @@ def test_pod_ip_from_fib_trie() -> None:
     assert pod_ip_from_fib_trie("Main:\n  |-- 127.0.0.1\n     /32 host LOCAL\n") is None
 
 
-async def test_vllm_slow_answer_times_out(make_pipeline: list) -> None:
+async def test_vllm_slow_answer_times_out(make_pipeline: list, tmp_path: Path) -> None:
     async def slow(request: web.Request) -> web.Response:
         await asyncio.sleep(5)
         return web.Response(text="")
@@ -160,7 +209,7 @@ async def test_vllm_slow_answer_times_out(make_pipeline: list) -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    p = with_sources(pods_for(port), vllm=vllm_source(0.3))
+    p = with_sources(pods_for(port), host_copy(tmp_path, port), vllm=vllm_source(0.3))
     make_pipeline.append(p)
     try:
         v = parse_exposition(await exposition(p))
@@ -168,6 +217,40 @@ async def test_vllm_slow_answer_times_out(make_pipeline: list) -> None:
         await runner.cleanup()
     assert v['headroom_collector_success{collector="vllm"}'] == 0
     assert v['headroom_collector_success{collector="procfs"}'] == 1
+
+
+async def test_cpu_tier_bytes_are_the_region_the_workers_map(
+        make_pipeline: list, tmp_path: Path) -> None:
+    """A vLLM configured with a 16 GiB CPU tier whose workers map a 32 GiB offload region
+    (the host allocation, rounded up): the capacity in bytes is the 32 GiB the pod pays."""
+    body = (FIXTURES / "vllm" / "vllm-0.33.0.txt").read_text()
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=body, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    root = host_copy(tmp_path, port)
+    region = 32 << 30
+    for worker in (4102, 4103):  # both TP workers map the same region (one inode)
+        (root / "proc" / str(worker) / "maps").write_text(
+            "5601a916c000-5601a916e000 r--p 00000000 fe:00 260131     /usr/bin/python3\n"
+            f"7f0000000000-{0x7f0000000000 + region:x} rw-s 00000000 00:1b 77 "
+            "                        /dev/shm/vllm_offload_8c1e.mmap (deleted)\n")
+    p = with_sources(pods_for(port), root, vllm=vllm_source(2))
+    make_pipeline.append(p)
+    try:
+        v = parse_exposition(await exposition(p))
+    finally:
+        await runner.cleanup()
+    cap = [val for k, val in v.items()
+           if k.startswith("headroom_vllm_kv_cache_capacity_bytes{") and 'medium="cpu"' in k]
+    assert cap == [region], cap
 
 
 async def test_gpu_is_reported_when_discovery_fails(tmp_path: Path, make_pipeline: list) -> None:

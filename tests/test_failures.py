@@ -34,7 +34,7 @@ V2 = "v2-systemd-mixed"
 
 def copy_host(tmp_path: Path, host: str = V2) -> Path:
     root = tmp_path / host
-    shutil.copytree(HOSTS / host, root)
+    shutil.copytree(HOSTS / host, root, symlinks=True)
     return root
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from exporter import catalog
 from exporter.collectors.vllm.discovery import KvEventEndpoint
 from exporter.collectors.vllm.kv_events import (
     AllBlocksCleared,
@@ -20,6 +24,7 @@ from exporter.collectors.vllm.kv_events import (
     BlockStored,
     KvBlockTracker,
     KvEventDecodeError,
+    LostReason,
     Outcome,
     decode_batch,
     is_replay_end,
@@ -112,7 +117,9 @@ def test_set_semantics() -> None:
     t.apply(3, batch(stored(H[10:12], medium="CPU"), stored(H[10:12], group=1)))
     assert blocks(t) == {("0", "gpu"): 5, ("0", "cpu"): 2}  # groups summed per medium
     t.apply(4, batch(CLEARED))
-    assert blocks(t) == {("0", "gpu"): 0, ("0", "cpu"): 0}  # read 0, not absent
+    # the device pool's reset: its medium reads 0 (not absent); the CPU tier is another
+    # pool, which vLLM resets without an event
+    assert blocks(t) == {("0", "gpu"): 0, ("0", "cpu"): 2}
 
 
 def test_engine_from_dp_rank_else_default() -> None:
@@ -164,16 +171,21 @@ def test_cap_bounds_memory_and_logs_once(caplog: pytest.LogCaptureFixture) -> No
         t.apply(2, batch(stored(H[20:30])))
     assert blocks(t) == {("0", "gpu"): 10}
     assert t.stats.overflow_blocks == 20
-    assert len([r for r in caplog.records if "lower bound" in r.message]) == 1
+    assert len([r for r in caplog.records if "unknown" in r.message]) == 1
     t.apply(3, batch(removed(H[:5])))
     t.apply(4, batch(stored(H[40:45])))  # room again after removals
     assert blocks(t) == {("0", "gpu"): 10}
+    # stores were dropped: the count is not exported as if it were true ...
+    assert not t.exact("0", "gpu") and t.prefix_cache_blocks(exact_only=True) == {}
+    # ... until the engine clears that medium
+    t.apply(5, batch(CLEARED))
+    assert t.exact("0", "gpu") and t.prefix_cache_blocks(exact_only=True) == {("0", "gpu"): 0}
 
 
 def test_set_capacity() -> None:
     t = KvBlockTracker()
-    t.set_capacity(1000)
-    assert 1000 < t.max_blocks < 1200
+    t.set_capacity(1000)  # partial-prefix entries can double the entries per block
+    assert t.max_blocks == 2064
 
 
 def test_garbage_frames_are_counted_and_skipped() -> None:
@@ -206,8 +218,180 @@ def test_held_batches_are_bounded() -> None:
     t.apply(2, batch())
     for seq in range(3, 8):
         t.apply(seq, batch(stored(H[seq:seq + 1])))
-    assert len(t._held) == 3  # oldest dropped, counted as lost
-    assert t.stats.lost_batches == 3
+    assert len(t._held) == 3  # oldest dropped ...
+    t.replay_done()  # ... and lost, with the hole before them: 1 to 4
+    assert t.stats.lost_batches == 4 and t.last_seq == 7
+    assert blocks(t) == {("0", "gpu"): 3} and not t.exact("0", "gpu")
+
+
+# --- encodings, bounds and exactness (tables) ----------------------------------------
+
+# vLLM 0.32's BlockStored as its msgspec encoder writes it (tagged map, every field)
+STORED_032 = {
+    "type": "BlockStored", "block_hashes": [H[7]], "parent_block_hash": H[6],
+    "token_ids": list(range(128)), "block_size": 128, "lora_id": None, "medium": "GPU",
+    "lora_name": None, "extra_keys": [None], "group_idx": 0, "kv_cache_spec_kind": "full",
+    "kv_cache_spec_sliding_window": None, "locality": None, "ownership": None,
+    "session_id": "s1",
+}
+
+ENCODINGS: list[tuple[str, Any, tuple[Any, ...]]] = [
+    ("0.32 tagged map with every field", STORED_032, (BlockStored((hash(H[7]),), "gpu", 0),)),
+    ("a field from a later release is ignored", {**STORED_032, "new_field": {"x": [1]}},
+     (BlockStored((hash(H[7]),), "gpu", 0),)),
+    ("integer hashes (before 0.1x)", {"type": "BlockStored", "block_hashes": [-5, 2**63 - 1],
+                                      "medium": None},
+     (BlockStored((hash(-5), hash(2**63 - 1)), "gpu", None),)),
+    ("the CPU offload tier", stored(H[:1], medium="CPU", group=2),
+     (BlockStored((hash(H[0]),), "cpu", 2),)),
+    ("a removal in a non-main KV cache group (hybrid model)",
+     {"type": "BlockRemoved", "block_hashes": [H[1]], "medium": "GPU", "group_idx": 1},
+     (BlockRemoved((hash(H[1]),), "gpu", 1),)),
+    ("positional BlockStored with group_idx (array_like releases up to ~0.23)",
+     ["BlockStored", [H[2]], None, [1] * 16, 16, None, "GPU", None, None, 1],
+     (BlockStored((hash(H[2]),), "gpu", 1),)),
+    ("positional BlockRemoved with group_idx", ["BlockRemoved", [H[2]], "CPU", 3],
+     (BlockRemoved((hash(H[2]),), "cpu", 3),)),
+    ("positional AllBlocksCleared", ["AllBlocksCleared"], (AllBlocksCleared("gpu"),)),
+    ("tagged AllBlocksCleared", {"type": "AllBlocksCleared"}, (AllBlocksCleared("gpu"),)),
+    ("an AllBlocksCleared naming its medium", {"type": "AllBlocksCleared", "medium": "CPU"},
+     (AllBlocksCleared("cpu"),)),
+    ("an unknown event type (tagged)", {"type": "BlockPinned", "block_hashes": [1]}, ()),
+    ("an unknown event type (positional)", ["BlockPinned", [1]], ()),
+]
+
+
+@pytest.mark.parametrize(("event", "expected"), [(e, x) for _, e, x in ENCODINGS],
+                         ids=[name for name, _, _ in ENCODINGS])
+def test_encodings(event: Any, expected: tuple[Any, ...]) -> None:
+    assert decode_batch(batch(event)).events == expected
+
+
+def test_batch_as_a_map() -> None:
+    """EventBatch without array_like (some 0.1x releases): a map."""
+    payload = msgpack.packb({"ts": 3.0, "events": [stored(H[:1])], "data_parallel_rank": 2})
+    b = decode_batch(payload)
+    assert (b.ts, b.dp_rank, len(b.events)) == (3.0, 2, 1)
+
+
+@pytest.mark.parametrize("body", [
+    [1.0, [stored(H[:1], medium="x" * 17)]],  # a medium could not be that long
+    [1.0, [stored(H[:1], medium="G\nPU")]],  # nor hold a newline
+    [1.0, [stored(H[:1], medium="GPÜ")]],  # nor non-ASCII letters
+    [1.0, [{**stored(H[:1]), "medium": 7}]],  # nor be a number
+    [1.0, [stored([True])]],  # a bool is no hash
+    [1.0, [], -1],  # a negative DP rank
+    [1.0, [], 1 << 20],  # an absurd one
+    [True, []],  # a bool is no timestamp
+    [1.0, [{"type": 5}]],  # a tag that is no name
+])
+def test_hostile_batches_are_garbage(body: list[Any]) -> None:
+    with pytest.raises(KvEventDecodeError):
+        decode_batch(bytes(msgpack.packb(body, use_bin_type=True)))
+
+
+def test_lost_reasons_are_the_catalogue_s() -> None:
+    assert tuple(r.value for r in LostReason) == catalog.KV_EVENTS_LOST_REASONS
+
+
+def test_duplicates_are_idempotent() -> None:
+    t = KvBlockTracker()
+    t.apply(0, batch(stored(H[:2]), stored(H[:2])))  # the same store twice in one batch
+    t.apply(1, batch(stored(H[1:3])))  # an overlapping one
+    assert blocks(t) == {("0", "gpu"): 3}
+    # the same batch again, by a replay overlapping what arrived live
+    assert t.apply(1, batch(stored(H[1:3])), replay=True) is Outcome.DUPLICATE
+    t.apply(2, batch(removed(H[:1]), removed(H[:1])))
+    assert blocks(t) == {("0", "gpu"): 2} and t.exact("0", "gpu")
+
+
+def test_groups_are_separate_sets() -> None:
+    """Hybrid models: the same hash in two KV cache groups is two blocks of the pool."""
+    t = KvBlockTracker()
+    t.apply(0, batch(stored(H[:2], group=0), stored(H[:2], group=1)))
+    assert blocks(t) == {("0", "gpu"): 4}
+    t.apply(1, batch({"type": "BlockRemoved", "block_hashes": [H[0]], "medium": "GPU",
+                      "group_idx": 1}))
+    assert blocks(t) == {("0", "gpu"): 3}
+
+
+def test_all_blocks_cleared_per_engine_and_medium() -> None:
+    t = KvBlockTracker()
+    t.apply(0, batch(stored(H[:2]), stored(H[2:4], medium="CPU"), rank=0))
+    t.apply(1, batch(stored(H[4:7], group=1), rank=1))
+    t.apply(2, batch(CLEARED, rank=1))
+    assert blocks(t) == {("0", "gpu"): 2, ("0", "cpu"): 2, ("1", "gpu"): 0}
+    t.apply(3, batch({"type": "AllBlocksCleared", "medium": "CPU"}, rank=0))
+    assert blocks(t) == {("0", "gpu"): 2, ("0", "cpu"): 0, ("1", "gpu"): 0}
+
+
+def test_f11_kv_event_media_and_engines_bounded() -> None:
+    """F11: 20,000 medium values (and as many DP ranks) from one publisher make at most
+    max_media x max_engines series; the rest is counted as overflow."""
+    t = KvBlockTracker()
+    events = [stored([H[i % 64]], medium=f"M{i}") for i in range(20_000)]
+    t.apply(0, batch(*events))
+    assert len(blocks(t)) == t.max_media == 4
+    for rank in range(1000):
+        t.apply(rank + 1, batch(stored(H[:1]), rank=rank))
+    assert len({e for e, _ in blocks(t)}) == t.max_engines == 8
+    assert len(blocks(t)) <= t.max_media * t.max_engines
+    assert t.stats.lost()[LostReason.OVERFLOW] == 20_000 - 4 + 1000 - 7
+
+
+# (what happens, (engine, medium) -> exact afterwards, lost by reason)
+Step = tuple[int, bytes] | str
+EXACTNESS: list[tuple[str, list[Step], dict[tuple[str, str], bool], dict[str, int]]] = [
+    ("from sequence 0, every batch applied",
+     [(0, batch(stored(H[:1]))), (1, batch(stored(H[1:2], medium="CPU")))],
+     {("0", "gpu"): True, ("0", "cpu"): True}, {}),
+    ("the history starts after 0 (an exporter started late, the buffer rolled over)",
+     [(7, batch(stored(H[:1]), stored(H[1:2], medium="CPU")))],
+     {("0", "gpu"): False, ("0", "cpu"): False}, {}),
+    ("... until the engine clears the device pool (the CPU tier stays unknown)",
+     [(7, batch(stored(H[:1]), stored(H[1:2], medium="CPU"))), (8, batch(CLEARED))],
+     {("0", "gpu"): True, ("0", "cpu"): False}, {}),
+    ("a hole nothing filled",
+     [(0, batch(stored(H[:1]))), (3, batch()), "replay_done"],
+     {("0", "gpu"): False}, {"gap": 2}),
+    ("a hole the replay filled",
+     [(0, batch(stored(H[:1]))), (3, batch()), "replay 1", "replay 2", "replay_done"],
+     {("0", "gpu"): True}, {}),
+    ("an undecodable batch in the sequence",
+     [(0, batch(stored(H[:1]))), (1, b"\xc1")],
+     {("0", "gpu"): False}, {"garbage": 1}),
+    ("a restart: the sequence starts over at 0",
+     [(5, batch(stored(H[:1]))), (0, batch(stored(H[1:2])))],
+     {("0", "gpu"): True}, {}),
+    ("a restart whose first batches were missed",
+     [(0, batch(stored(H[:1]))), (1, batch()), (0, batch()), (1, batch()), (2, batch()),
+      (1, batch(stored(H[:1])))],
+     {("0", "gpu"): False}, {}),
+    ("a disconnect alone loses nothing the sequence cannot show",
+     [(0, batch(stored(H[:1]))), "disconnect", (1, batch())],
+     {("0", "gpu"): True}, {"disconnect": 1}),
+]
+
+
+@pytest.mark.parametrize(("steps", "exact", "lost"), [(s, e, lo) for _, s, e, lo in EXACTNESS],
+                         ids=[name for name, _, _, _ in EXACTNESS])
+def test_exactness(steps: list[Step], exact: dict[tuple[str, str], bool],
+                   lost: dict[str, int]) -> None:
+    t = KvBlockTracker()
+    for step in steps:
+        if step == "replay_done":
+            t.replay_done()
+        elif step == "disconnect":
+            t.note_disconnect()
+        elif isinstance(step, str) and step.startswith("replay "):
+            t.apply(int(step.split()[1]), batch(), replay=True)
+        else:
+            assert isinstance(step, tuple)
+            t.apply(*step)
+    assert {k: t.exact(*k) for k in t.media()} == exact
+    want = {r: lost.get(r.value, 0) for r in LostReason}
+    assert t.stats.lost() == want
+    assert set(t.prefix_cache_blocks(exact_only=True)) == {k for k, ok in exact.items() if ok}
 
 
 # --- the subscriber over real ZMQ sockets ---------------------------------------------
@@ -362,6 +546,130 @@ async def test_hub_follows_discovery(ctx: zmq.asyncio.Context) -> None:
         assert hub.instances() == ["http://pod-a:8000/metrics"]
         hub.ensure("http://pod-a:8000/metrics", [])  # gone from discovery
         assert hub.instances() == [] and hub.prefix_cache_blocks("http://pod-a:8000/metrics") == {}
+    finally:
+        await hub.close()
+        vllm.close()
+
+
+def kill_connections(port: int) -> None:
+    """Abort this host's TCP connections to ``port`` (``ss -K``: needs CAP_NET_ADMIN and a
+    kernel with INET_DIAG_DESTROY), as a network fault or a conntrack flush would."""
+    subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", str(port)],
+                   check=True, capture_output=True)
+
+
+def _can_kill_sockets() -> bool:
+    if shutil.which("ss") is None or os.geteuid() != 0:
+        return False
+    import socket
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        c = socket.create_connection(srv.getsockname())
+        try:
+            kill_connections(srv.getsockname()[1])
+            c.settimeout(1)
+            try:
+                c.recv(1)
+            except ConnectionAbortedError:
+                return True
+            except OSError:
+                return False
+            return False
+        finally:
+            c.close()
+
+
+async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Context) -> None:
+    """The subscriber's TCP connection is aborted: the hub reports it (not connected, one
+    disconnect lost), ZMQ reconnects, and a replay brings what was published meanwhile."""
+    if not _can_kill_sockets():
+        pytest.skip("needs root and ss -K")
+    vllm = FakeVllm(ctx)
+    hub = KvEventsHub(replay_timeout=0.5, ctx=ctx)
+    key = "http://pod-a:8000/metrics"
+    try:
+        hub.ensure(key, [vllm.endpoint()])
+        (f,) = hub._subs[key].values()
+        sub = f.subscriber
+        await until(lambda: sub.connected)
+        seq = 0
+        while not hub.state(key).prefix_blocks:
+            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
+            seq += 1
+            await asyncio.sleep(0.05)
+            assert seq < 50
+        await until(lambda: sub.tracker.last_seq == seq - 1)
+        kill_connections(vllm.pub_port)
+        await until(lambda: sub.tracker.stats.disconnects == 1)
+        # published while the connection is down (ZMQ reconnects within ~100 ms): the
+        # state may already be back; what counts is that nothing is lost once it is
+        await vllm.publish(seq, batch(stored(H[40:42])), drop=True)
+        await until(lambda: sub.connected)
+        await until(lambda: sub.tracker.last_seq == seq)
+        state = hub.state(key)
+        assert state.prefix_blocks == {("0", "gpu"): seq + 2}
+        assert state.synced == {("0", "gpu"): True} and state.problems == ()
+        assert state.lost[("0", LostReason.DISCONNECT)] == 1
+        assert state.lost[("0", LostReason.GAP)] == 0
+    finally:
+        await hub.close()
+        vllm.close()
+
+
+async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
+    """While the publisher is gone the count is not exported as if it were current."""
+    vllm = FakeVllm(ctx)
+    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx, connect_grace=0.0)
+    key = "k"
+    try:
+        hub.ensure(key, [vllm.endpoint()])
+        (f,) = hub._subs[key].values()
+        await until(lambda: f.subscriber.connected)
+        seq = 0
+        while not hub.state(key).prefix_blocks:
+            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
+            seq += 1
+            await asyncio.sleep(0.05)
+        vllm.close()  # the publisher goes away (vLLM killed)
+        await until(lambda: not f.subscriber.connected)
+        state = hub.state(key)
+        assert state.prefix_blocks == {} and state.synced == {("0", "gpu"): False}
+        assert state.problems == (f"KV events: not connected to {vllm.endpoint().endpoint}",)
+    finally:
+        await hub.close()
+
+
+async def test_a_crashed_subscriber_is_restarted_with_its_tracker(
+        ctx: zmq.asyncio.Context) -> None:
+    vllm = FakeVllm(ctx)
+    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx)
+    key = "k"
+    try:
+        hub.ensure(key, [vllm.endpoint()])
+        (f,) = hub._subs[key].values()
+        await until(lambda: f.subscriber.connected)
+        seq = 0
+        while not hub.state(key).prefix_blocks:
+            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
+            seq += 1
+            await asyncio.sleep(0.05)
+        tracker = f.subscriber.tracker
+        f.task.cancel()  # stands for any crash of the task
+        with contextlib.suppress(asyncio.CancelledError):
+            await f.task
+        # published while nobody listens
+        await vllm.publish(seq, batch(stored(H[50:53])))
+        assert hub.state(key).prefix_blocks == {}  # dead: no count, and the scrape says so
+        hub.ensure(key, [vllm.endpoint()])  # the next pass restarts it
+        state = hub.state(key)
+        assert any("restarted" in p for p in state.problems)
+        (f2,) = hub._subs[key].values()
+        assert f2.subscriber.tracker is tracker and not f2.task.done()
+        await until(lambda: tracker.last_seq == seq)  # replayed from where it stopped
+        await until(lambda: hub.state(key).prefix_blocks == {("0", "gpu"): seq + 3})
+        assert hub.state(key).problems == ()
     finally:
         await hub.close()
         vllm.close()

@@ -98,7 +98,7 @@ def test_group_sums_by_name_and_folds_the_tail_into_other() -> None:
 
 def test_pss_gate_interval_and_vanished_pid(tmp_path: Path) -> None:
     root = tmp_path / "host"
-    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root)
+    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
     paths = HostPaths(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup")
     h = paths.detect_memory_hierarchy()
     now = [1000.0]

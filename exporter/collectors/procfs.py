@@ -13,12 +13,14 @@ summed; beyond a per-cgroup cap the smallest names are folded into ``other``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.catalog import OTHER_PROCESS
+from exporter.collectors.proctree import api_servers, engine_title, parse_stat
 from exporter.labels import bounded
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
@@ -184,8 +186,23 @@ class ProcfsData:
     groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
     processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
     hidden: int = 0  # pids listed as 0: processes in a pid namespace we cannot see
-    # cgroup path -> the command line of a vLLM API server in it (to find its /metrics)
+    # cgroup path -> the command line of a vLLM API server in it (for vLLM before 0.32,
+    # whose KV-event ports only its flags tell; they are checked against its sockets)
     vllm_argv: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # cgroup path -> vLLM API servers in it: the processes whose children are vLLM engine
+    # processes (VLLM::EngineCore*, VLLM::Worker*), whatever their command line; with the
+    # pids of those engine processes
+    vllm_servers: Mapping[str, tuple[VllmServer, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    pid: int
+    engines: tuple[int, ...]  # its VLLM::EngineCore* / Worker* / DPCoordinator processes
+    engine_cores: tuple[int, ...]  # the EngineCore* ones (they hold the KV-event sockets)
+
+
+MAX_TREE = 512  # processes of one container whose parents are read to find an API server
 
 
 class ProcfsCollector:
@@ -204,6 +221,7 @@ class ProcfsCollector:
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
         self._hidden = 0
         self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
+        self._engines: dict[int, str] = {}  # pid -> engine title (EngineCore, Worker_TP0)
         self._files = OpenFiles()  # /proc/PID/status stays open between scrapes
 
     def pids(self, h: MemoryHierarchy, ref: CgroupRef) -> list[int]:
@@ -239,6 +257,11 @@ class ProcfsCollector:
                     self._api_argv[pid] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
                 else:
                     self._api_argv.pop(pid, None)
+                title = engine_title(argv)
+                if title is not None:
+                    self._engines[pid] = title
+                else:
+                    self._engines.pop(pid, None)
         except (FileNotFoundError, ProcessLookupError):
             return None
         return ProcessStatus(pid, name, *status[1:])
@@ -266,6 +289,7 @@ class ProcfsCollector:
         groups: dict[str, tuple[ProcessGroup, ...]] = {}
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
         vllm_argv: dict[str, tuple[str, ...]] = {}
+        vllm_servers: dict[str, tuple[VllmServer, ...]] = {}
         live: set[int] = set()
         now = self._clock()
         self._hidden = 0
@@ -283,12 +307,52 @@ class ProcfsCollector:
                 if pid in self._api_argv and ref.path not in vllm_argv:
                     vllm_argv[ref.path] = self._api_argv[pid]
                 budget -= self._refresh_pss(p, now, budget)
+            servers = self._vllm_servers(procs)
+            if servers:
+                vllm_servers[ref.path] = servers
+                procs = self._name_api_servers(procs, servers)
+                if ref.path not in vllm_argv:
+                    with contextlib.suppress(OSError):
+                        argv = split_cmdline(read_bytes(
+                            self._paths.proc_file(servers[0].pid, "cmdline")))
+                        vllm_argv[ref.path] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
             pss = {p.pid: self._pss[p.pid][2] for p in procs if p.pid in self._pss}
             groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
             processes[ref.path] = tuple(procs)
         self._forget(live)
         self._files.sweep()
-        return ProcfsData(groups, processes, self._hidden, vllm_argv)
+        return ProcfsData(groups, processes, self._hidden, vllm_argv, vllm_servers)
+
+    def _vllm_servers(self, procs: Sequence[ProcessStatus]) -> tuple[VllmServer, ...]:
+        """The API servers among a container's processes: ancestors of its engine
+        processes (their parents read from /proc/PID/stat only in containers that have
+        engine processes)."""
+        if not any(p.pid in self._engines for p in procs):
+            return ()
+        ppids: dict[int, int] = {}
+        argvs: dict[int, Sequence[str]] = {}
+        for p in procs[:MAX_TREE]:
+            try:
+                st = parse_stat(read_text(self._paths.proc_file(p.pid, "stat")))
+            except OSError:
+                continue
+            if st is not None:
+                ppids[p.pid] = st.ppid
+                title = self._engines.get(p.pid)
+                argvs[p.pid] = (f"{VLLM_TITLE_PREFIX}{title}",) if title else ()
+        return tuple(
+            VllmServer(server, tuple(engines), tuple(
+                e for e in engines if self._engines.get(e, "").startswith("EngineCore")))
+            for server, engines in sorted(api_servers(ppids, argvs).items()))
+
+    @staticmethod
+    def _name_api_servers(procs: Sequence[ProcessStatus],
+                          servers: Sequence[VllmServer]) -> list[ProcessStatus]:
+        """The contract's ``APIServer`` for an API server whatever its command line (a
+        launcher's process is otherwise named after its executable, e.g. python)."""
+        pids = {s.pid for s in servers}
+        return [replace(p, name="APIServer") if p.pid in pids and
+                not p.name.startswith("APIServer") else p for p in procs]
 
     def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
         """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""
@@ -314,8 +378,9 @@ class ProcfsCollector:
             del self._names[key]
         for pid in [pid for pid in self._pss if pid not in live]:
             del self._pss[pid]
-        for pid in [pid for pid in self._api_argv if pid not in live]:
-            del self._api_argv[pid]
+        for cache in (self._api_argv, self._engines):
+            for pid in [pid for pid in cache if pid not in live]:
+                del cache[pid]
 
 
 # --- the source ------------------------------------------------------------------------

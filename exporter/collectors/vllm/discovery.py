@@ -1,31 +1,39 @@
 """Where each local vLLM is reached: its /metrics URL and its KV-event endpoints.
 
-Inside Kubernetes a vLLM API server is found among the tracked processes (procfs names it
-by its command line); its pod IP comes from the API (or, without one, from the pod's own
-network namespace), its port from the ``prometheus.io/*`` annotations, the container ports
-or the command line. On a bare host the command line says where it listens.
+From what the kernel shows, never from a command line (F10): procfs finds each vLLM API
+server as the parent of ``VLLM::EngineCore*``/``VLLM::Worker*`` processes, whatever
+launched it; ``locate`` lists the TCP sockets it listens on and the address that reaches
+them from the exporter (loopback in our own network namespace, the pod's IP in a pod's);
+the source probes those for a /metrics body with ``vllm:`` families. KV-event endpoints
+come from the vLLM's own ``/kv_event_sources`` (or, before 0.32, its flags) and are
+followed only on ports its engine processes really listen on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
 
-from exporter.collectors.procfs import ProcfsData, is_vllm_api_server
-from exporter.collectors.vllm.metrics import VllmParseError, fetch_text
-from exporter.model import CgroupRef, PodDirectory
+from exporter.collectors import procfs
+from exporter.collectors.procfs import ProcfsData
+from exporter.collectors.vllm.locate import (
+    Candidate,
+    annotation_ports,
+    candidates,
+    netns,
+    read_listeners,
+)
+from exporter.collectors.vllm.metrics import VllmParseError, fetch_text, redact_url
+from exporter.model import CgroupRef, PodDirectory, PodInfo
 from exporter.paths import HostPaths, read_text
 
-DEFAULT_PORT = 8000
-
-ANNOTATION_PORT = "prometheus.io/port"
 ANNOTATION_PATH = "prometheus.io/path"
 ANNOTATION_SCHEME = "prometheus.io/scheme"
-_WILDCARD_HOSTS = ("", "*", "0.0.0.0", "::", "[::]")
 
 
 def _hostport(host: str, port: int) -> str:
@@ -49,55 +57,6 @@ def _port(raw: str | None) -> int | None:
         return None
     port = int(raw)
     return port if 0 < port < 65536 else None
-
-
-def port_from_argv(argv: Sequence[str]) -> int | None:
-    return _port(_flag(argv, "--port"))
-
-
-def metrics_url_from_argv(argv: Sequence[str], *, default_host: str = "127.0.0.1") -> str | None:
-    """/metrics URL of a bare-host vLLM from its command line; None if it is not one.
-
-    A wildcard ``--host`` (or none) means every address: use ``default_host``.
-    """
-    if not is_vllm_api_server(argv):
-        return None
-    host = _flag(argv, "--host") or ""
-    if host in _WILDCARD_HOSTS:
-        host = default_host
-    port = port_from_argv(argv) or DEFAULT_PORT
-    return f"http://{_hostport(host, port)}/metrics"
-
-
-def metrics_url_for_pod(
-    pod_ip: str,
-    annotations: Mapping[str, str],
-    container_ports: Sequence[int] = (),
-    argv: Sequence[str] | None = None,
-) -> str:
-    """/metrics URL of a vLLM pod.
-
-    Port: the ``prometheus.io/port`` annotation; else a declared container port (the one
-    ``--port`` names, else 8000, else the first); else ``--port`` of the command line; else
-    8000. Path and scheme from ``prometheus.io/path`` and ``/scheme``.
-    """
-    cli_port = port_from_argv(argv) if argv else None
-    port = _port(annotations.get(ANNOTATION_PORT))
-    if port is None and container_ports:
-        for choice in (cli_port, DEFAULT_PORT):
-            if choice in container_ports:
-                port = choice
-                break
-        else:
-            port = container_ports[0]
-    port = port or cli_port or DEFAULT_PORT
-    path = annotations.get(ANNOTATION_PATH) or "/metrics"
-    if not path.startswith("/"):
-        path = "/" + path
-    scheme = annotations.get(ANNOTATION_SCHEME, "http").lower()
-    if scheme not in ("http", "https"):
-        scheme = "http"
-    return f"{scheme}://{_hostport(pod_ip, port)}{path}"
 
 
 def base_url(metrics_url: str) -> str:
@@ -220,10 +179,44 @@ async def fetch_kv_event_sources(
 
 @dataclass(frozen=True)
 class VllmTarget:
+    """A /metrics to read: one found on the node, or one given by --vllm.endpoint."""
+
     cgroup: str  # the container cgroup it runs in ("" for an explicit --vllm.endpoint)
-    url: str  # /metrics
+    url: str  # /metrics (may carry credentials: never in a label or a log, see ``shown``)
     host: str  # where its KV-event endpoints are reached
     argv: tuple[str, ...] = ()
+    # ports the vLLM's processes listen on: KV-event endpoints are followed only there
+    # (None: an explicit endpoint, configured by the operator)
+    ports: frozenset[int] | None = None
+    pid: int = 0  # the API server (0: explicit)
+    engines: tuple[int, ...] = ()  # its engine processes (the CPU tier's region is theirs)
+
+    @property
+    def shown(self) -> str:
+        return redact_url(self.url)
+
+    @property
+    def key(self) -> str:
+        """Names one vLLM instance: a new API server process is a new instance."""
+        return f"{self.cgroup}#{self.pid}" if self.pid else self.shown
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """A vLLM API server found on the node, and where it may serve /metrics."""
+
+    cgroup: str
+    pid: int
+    candidates: tuple[Candidate, ...]  # reachable listeners, the likeliest first
+    path: str  # /metrics, or the prometheus.io/path annotation
+    scheme: str
+    ports: frozenset[int]  # every port its API server and engine cores listen on
+    argv: tuple[str, ...] = ()
+    engines: tuple[int, ...] = ()
+
+    def target(self, c: Candidate) -> VllmTarget:
+        return VllmTarget(self.cgroup, f"{self.scheme}://{c.hostport}{self.path}", c.host,
+                          self.argv, self.ports, self.pid, self.engines)
 
 
 def pod_ip_from_fib_trie(text: str) -> str | None:
@@ -240,51 +233,98 @@ def pod_ip_from_fib_trie(text: str) -> str | None:
     return None
 
 
-def _pod_ip(ref: CgroupRef, procfs: ProcfsData, paths: HostPaths) -> str:
-    for p in procfs.processes.get(ref.path, ())[:1]:
-        try:
-            return pod_ip_from_fib_trie(read_text(paths.proc_file(p.pid, "net/fib_trie"))) or ""
-        except OSError:
-            continue
-    return ""
+def _path_and_scheme(annotations: Mapping[str, str]) -> tuple[str, str]:
+    path = annotations.get(ANNOTATION_PATH) or "/metrics"
+    if not path.startswith("/") or any(c in path for c in "?#@ \r\n") or len(path) > 256:
+        path = "/metrics"  # only a path on the vLLM's own port, nothing else
+    scheme = annotations.get(ANNOTATION_SCHEME, "http").lower()
+    return path, scheme if scheme in ("http", "https") else "http"
 
 
-def find_targets(
+def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
+                  paths: HostPaths, own_netns: int | None,
+                  argv: Sequence[str] = ()) -> VllmServer:
+    """Where API server ``srv`` listens, as reachable addresses. Raises OSError when its
+    descriptors cannot be read (it exited, or no rights on /proc/PID/fd)."""
+    procfs_dir = str(paths.procfs)
+    listeners = read_listeners(procfs_dir, srv.pid)
+    ports = {s.port for s in listeners}
+    for core in srv.engine_cores:
+        with contextlib.suppress(OSError):
+            ports |= {s.port for s in read_listeners(procfs_dir, core)}
+    ns = netns(procfs_dir, srv.pid)
+    same = ns is not None and ns == own_netns
+    pod_ips: list[str] = []
+    annotations: Mapping[str, str] = {}
+    if pod_info is not None:
+        annotations = pod_info.annotations
+        pod_ips = [pod_info.pod_ip]
+    if not same and not any(pod_ips):
+        with contextlib.suppress(OSError):
+            ip = pod_ip_from_fib_trie(read_text(paths.proc_file(srv.pid, "net/fib_trie")))
+            pod_ips = [ip] if ip else []
+    path, scheme = _path_and_scheme(annotations)
+    found = candidates(listeners, same_netns=same, pod_ips=pod_ips,
+                       preferred=annotation_ports(annotations))
+    return VllmServer(cgroup, srv.pid, tuple(found), path, scheme, frozenset(ports),
+                      tuple(argv), srv.engines)
+
+
+def find_servers(
     refs: Sequence[CgroupRef],
-    procfs: ProcfsData | None,
+    procfs_data: ProcfsData | None,
     pods: PodDirectory | None,
     paths: HostPaths,
-    explicit: Sequence[str],
-) -> tuple[list[VllmTarget], list[str]]:
-    """vLLM API servers found among the tracked processes (plus explicit URLs); and the
-    ones that cannot be reached, as error lines."""
-    targets: list[VllmTarget] = []
+) -> tuple[list[VllmServer], list[str]]:
+    """Every vLLM API server among the tracked processes, with where it listens; and the
+    ones that cannot be looked at, as error lines."""
+    servers: list[VllmServer] = []
     problems: list[str] = []
+    if procfs_data is None:
+        return servers, problems
     by_path = {r.path: r for r in refs}
-    for path, argv in sorted((procfs.vllm_argv if procfs else {}).items()):
+    own = netns(str(paths.procfs), "self")
+    for path, found in sorted(procfs_data.vllm_servers.items()):
         ref = by_path.get(path)
-        if ref is None or procfs is None:
+        if ref is None:
             continue
-        if ref.pod_uid is None:  # a bare host: the command line says where
-            url = metrics_url_from_argv(argv)
-            if url is not None:
-                targets.append(VllmTarget(path, url, "127.0.0.1", argv))
+        info = pods.lookup(ref.pod_uid) if pods is not None and ref.pod_uid else None
+        for srv in found:
+            try:
+                servers.append(locate_server(path, srv, info, paths, own,
+                                             procfs_data.vllm_argv.get(path, ())))
+            except OSError as exc:
+                problems.append(f"{path}: vLLM API server {srv.pid}: cannot read its "
+                                f"sockets: {exc.strerror or exc}")
+    return servers, problems
+
+
+def explicit_targets(urls: Sequence[str]) -> list[VllmTarget]:
+    out = []
+    for url in urls:
+        host = base_url(url).split("://", 1)[1].rpartition("@")[2]
+        out.append(VllmTarget("", url, host.rsplit(":", 1)[0].strip("[]")))
+    return out
+
+
+def allowed_endpoints(endpoints: Sequence[KvEventEndpoint],
+                      ports: frozenset[int] | None) -> tuple[KvEventEndpoint, ...]:
+    """KV-event endpoints on ports the vLLM's processes listen on (the kernel says so);
+    a replay endpoint elsewhere is dropped (F10: a vLLM's answer, like its command line,
+    is the pod's word, not the kernel's)."""
+    if ports is None:
+        return tuple(endpoints)
+
+    def port(ep: str) -> int:
+        tail = ep.rpartition(":")[2]
+        return int(tail) if tail.isdigit() else -1
+
+    out = []
+    for ep in endpoints:
+        if port(ep.endpoint) not in ports:
             continue
-        info = pods.lookup(ref.pod_uid) if pods is not None else None
-        pod_ip = info.pod_ip if info is not None else ""
-        ports: tuple[int, ...] = ()
-        annotations: Mapping[str, str] = {}
-        if info is not None:
-            annotations = info.annotations
-            ports = next((c.ports for c in info.containers
-                          if c.container_id == ref.container_id), ())
-        pod_ip = pod_ip or _pod_ip(ref, procfs, paths)
-        if not pod_ip:
-            problems.append(f"{path}: no pod IP to reach vLLM")
-            continue
-        targets.append(VllmTarget(path, metrics_url_for_pod(pod_ip, annotations, ports, argv),
-                                  pod_ip, argv))
-    for url in explicit:
-        host = base_url(url).split("://", 1)[1]
-        targets.append(VllmTarget("", url, host.rsplit(":", 1)[0].strip("[]")))
-    return targets, problems
+        replay = ep.replay_endpoint
+        if replay is not None and port(replay) not in ports:
+            replay = None
+        out.append(replace(ep, replay_endpoint=replay))
+    return tuple(out)

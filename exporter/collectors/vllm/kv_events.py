@@ -1,162 +1,43 @@
-"""Live prefix-cache blocks per engine, counted from vLLM's KV cache events (ZMQ).
+"""Live prefix-cache blocks per engine, counted from vLLM's KV cache events.
 
-Wire format (vllm/distributed/kv_events.py, ZmqEventPublisher): each message has three
-frames: topic, an 8-byte big-endian sequence number, and a msgpack ``EventBatch``. The batch
-is a msgspec struct with ``array_like=True``: ``[ts, events, data_parallel_rank]`` (the rank
-omitted when it is the default). Events are tagged structs, tag first in the legacy array
-layout (``["BlockStored", block_hashes, parent, token_ids, block_size, lora_id, medium,
-...]``) and a map with a ``"type"`` key in 0.2x+ (``{"type": "BlockStored", "block_hashes":
-..., "medium": "GPU", "group_idx": 0}``); both are read. Hashes are ints (old) or bytes.
-
-Replay: a DEALER socket sends ``[b"", start_seq(8 bytes)]`` to the ROUTER replay endpoint;
-it answers one message per buffered batch from ``start_seq`` on, then an end marker with
-sequence -1 (signed 8 bytes). 0.32 answers ``[b"", topic, seq, payload]`` and ends with
-``[b"", b"", -1, b""]``; older releases leave the topic out (``[b"", seq, payload]``, end
-``[b"", -1, b""]``). Both are read. (A REQ socket would get only the first reply.)
-
-``KvBlockTracker`` is the pure state machine: set semantics per (engine, medium, group),
-gap detection with held batches until a replay fills the hole, reset when the sequence
-goes backwards (the engine restarted and its publisher counts from 0 again), a cap on
-hashes, garbage counted and skipped. ``kv_subscriber.py`` is the thin zmq.asyncio loop.
+``KvBlockTracker`` is the pure state machine fed with the batches ``kv_wire.py`` decodes:
+set semantics per (engine, medium, group), gap detection with held batches until a replay
+fills the hole, reset when the sequence goes backwards (the engine restarted and its
+publisher counts from 0 again), caps on blocks, media and engines, garbage counted and
+skipped, and counts that are exported only while exact. ``kv_subscriber.py`` is the thin
+zmq.asyncio loop.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import msgpack
+from exporter.collectors.vllm.kv_wire import (
+    END_SEQ,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventBatch,
+    KvEventDecodeError,
+    decode_batch,
+    is_replay_end,
+    replay_frames,
+)
+
+# The wire types are part of this module's interface (the tracker's input).
+__all__ = [
+    "DEFAULT_MAX_BLOCKS", "DEFAULT_MAX_HELD", "END_SEQ", "AllBlocksCleared", "BlockRemoved",
+    "BlockStored", "KvBlockTracker", "KvEventBatch", "KvEventDecodeError", "LostReason",
+    "MediumKey", "Outcome", "TrackerStats", "decode_batch", "is_replay_end", "replay_frames",
+]
 
 log = logging.getLogger(__name__)
 
-END_SEQ = -1
 DEFAULT_MAX_BLOCKS = 1_000_000  # per tracker (one publisher = one engine); ~70 MB of ints
 DEFAULT_MAX_HELD = 10_000  # live batches held while a replay fills a gap
-
-
-class KvEventDecodeError(ValueError):
-    """A frame or payload that is not a vLLM KV event batch."""
-
-
-# --- decoding ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BlockStored:
-    hashes: tuple[int, ...]  # Python hash() of each block hash: compact, stable per process
-    medium: str  # "gpu", "cpu", ... (lowercase; None on old releases means gpu)
-    group: int | None
-
-
-@dataclass(frozen=True)
-class BlockRemoved:
-    hashes: tuple[int, ...]
-    medium: str
-    group: int | None
-
-
-@dataclass(frozen=True)
-class AllBlocksCleared:
-    pass
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
-@dataclass(frozen=True)
-class KvEventBatch:
-    ts: float
-    events: tuple[KvEvent, ...]
-    dp_rank: int | None
-
-
-def _hashes(raw: Any) -> tuple[int, ...]:
-    if not isinstance(raw, list):
-        raise KvEventDecodeError(f"block_hashes is {type(raw).__name__}, not a list")
-    for h in raw:
-        if not isinstance(h, int | bytes | str):
-            raise KvEventDecodeError(f"block hash of type {type(h).__name__}")
-    # hash() keeps ints as they are and folds 32-byte digests to 64 bits: a collision
-    # among a million live blocks has odds of about 1 in 10^7.
-    return tuple(hash(h) for h in raw)
-
-
-def _medium(raw: Any) -> str:
-    return raw.lower() if isinstance(raw, str) and raw else "gpu"
-
-
-def _group(raw: Any) -> int | None:
-    return raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-
-
-def _at(seq: Sequence[Any], i: int) -> Any:
-    return seq[i] if i < len(seq) else None
-
-
-def _decode_event(raw: Any) -> KvEvent | None:
-    """One event; None for an event type this version of headroom does not know."""
-    if isinstance(raw, Mapping):
-        tag = raw.get("type")
-        if tag == "BlockStored":
-            return BlockStored(
-                _hashes(raw.get("block_hashes")), _medium(raw.get("medium")),
-                _group(raw.get("group_idx")),
-            )
-        if tag == "BlockRemoved":
-            return BlockRemoved(
-                _hashes(raw.get("block_hashes")), _medium(raw.get("medium")),
-                _group(raw.get("group_idx")),
-            )
-    elif isinstance(raw, list) and raw and isinstance(raw[0], str):
-        tag = raw[0]
-        # legacy array layout: fields in declaration order after the tag
-        if tag == "BlockStored":
-            return BlockStored(_hashes(_at(raw, 1)), _medium(_at(raw, 6)), _group(_at(raw, 9)))
-        if tag == "BlockRemoved":
-            return BlockRemoved(_hashes(_at(raw, 1)), _medium(_at(raw, 2)), _group(_at(raw, 3)))
-    else:
-        raise KvEventDecodeError(f"event is {type(raw).__name__}, not a tagged struct")
-    if tag == "AllBlocksCleared":
-        return AllBlocksCleared()
-    if not isinstance(tag, str):
-        raise KvEventDecodeError(f"event tag {tag!r}")
-    return None
-
-
-def decode_batch(payload: bytes) -> KvEventBatch:
-    """msgpack ``[ts, events, dp_rank?]`` -> ``KvEventBatch``; ``KvEventDecodeError`` if not."""
-    try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise KvEventDecodeError(f"not msgpack: {exc!r}") from exc
-    if isinstance(raw, Mapping):  # a publisher without array_like (not seen, cheap to take)
-        raw = [raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")]
-    if not isinstance(raw, list) or len(raw) < 2 or not isinstance(raw[1], list):
-        raise KvEventDecodeError("payload is not [ts, events, dp_rank]")
-    ts, events = raw[0], raw[1]
-    if not isinstance(ts, int | float):
-        raise KvEventDecodeError(f"ts is {type(ts).__name__}")
-    rank = _at(raw, 2)
-    decoded = tuple(e for e in map(_decode_event, events) if e is not None)
-    return KvEventBatch(float(ts), decoded, rank if isinstance(rank, int) else None)
-
-
-def replay_frames(frames: Sequence[bytes]) -> list[bytes] | None:
-    """A DEALER reply as ``[topic, seq, payload]``: ``[b"", topic, seq, payload]`` (0.32)
-    or ``[b"", seq, payload]`` (older, no topic). None when it is neither."""
-    if len(frames) == 4 and frames[0] == b"":
-        return list(frames[1:])
-    if len(frames) == 3 and frames[0] == b"":
-        return [b"", frames[1], frames[2]]
-    return None
-
-
-def is_replay_end(frames: Sequence[bytes]) -> bool:
-    body = replay_frames(frames)
-    return body is not None and body[1] == END_SEQ.to_bytes(8, "big", signed=True)
 
 
 # --- the state machine -----------------------------------------------------------------
@@ -171,18 +52,39 @@ class Outcome(enum.Enum):
     GARBAGE = "garbage"  # undecodable frames or payload, skipped
 
 
+class LostReason(enum.Enum):
+    """Why events were lost: the ``reason`` label of headroom_vllm_kv_events_lost_total."""
+
+    GAP = "gap"  # batches never applied: never arrived, not even by replay, or dropped
+    # from the held ones while a replay ran too long
+    OVERFLOW = "overflow"  # events dropped at a bound (blocks, media, engines)
+    GARBAGE = "garbage"  # messages that are not KV event batches
+    DISCONNECT = "disconnect"  # connections to the publisher lost
+
+
 @dataclass
 class TrackerStats:
     batches: int = 0
     garbage: int = 0
     duplicates: int = 0
-    gaps: int = 0
+    gaps: int = 0  # holes seen in the live sequence (most filled by a replay)
     lost_batches: int = 0  # sequence numbers never seen (replay buffer too short, no replay)
     resets: int = 0
     overflow_blocks: int = 0  # stores dropped at the cap
+    overflow_events: int = 0  # events of media or engines beyond their bounds
+    disconnects: int = 0
+
+    def lost(self) -> dict[LostReason, int]:
+        return {
+            LostReason.GAP: self.lost_batches,
+            LostReason.OVERFLOW: self.overflow_blocks + self.overflow_events,
+            LostReason.GARBAGE: self.garbage,
+            LostReason.DISCONNECT: self.disconnects,
+        }
 
 
 GroupKey = tuple[str, str, int | None]  # (engine, medium, group)
+MediumKey = tuple[str, str]  # (engine, medium)
 
 
 @dataclass
@@ -190,13 +92,24 @@ class KvBlockTracker:
     """Live block hashes of one publisher (one engine), fed batch by batch.
 
     ``default_engine`` labels batches that carry no dp_rank. ``max_blocks`` bounds memory:
-    stores beyond it are dropped and counted (the count is then a lower bound); set it from
-    the engine's capacity with ``set_capacity``.
+    stores beyond it are dropped and counted; set it from the engine's capacity with
+    ``set_capacity``. ``max_media`` and ``max_engines`` bound the label values a publisher
+    can make us export.
+
+    Exactness: the count of an (engine, medium) is *exact* when every batch since the
+    publisher's sequence 0 (or since that medium was last cleared) was applied. A lost
+    batch (a hole no replay filled, an undecodable batch, a held batch dropped, a history
+    that starts after sequence 0) could have stored or removed anything: every count is
+    unknown until the engine restarts (its sequence starts over) or clears that medium.
+    ``prefix_cache_blocks(exact_only=True)`` leaves unknown counts out; they are never
+    exported as if they were true.
     """
 
     default_engine: str = "0"
     max_blocks: int = DEFAULT_MAX_BLOCKS
     max_held: int = DEFAULT_MAX_HELD
+    max_media: int = 4
+    max_engines: int = 8
     stats: TrackerStats = field(default_factory=TrackerStats)
     last_seq: int | None = None
     _blocks: dict[GroupKey, set[int]] = field(default_factory=dict)
@@ -204,14 +117,28 @@ class KvBlockTracker:
     _holding: bool = False
     _held: list[tuple[int, KvEventBatch]] = field(default_factory=list)
     _overflow_logged: bool = False
+    _unsure: bool = False  # a loss of unknown scope since the engine's sequence 0
+    _cleared: set[MediumKey] = field(default_factory=set)  # cleared since that loss
+    _unsure_keys: set[MediumKey] = field(default_factory=set)  # stores dropped at the cap
 
     # -- queries --
-    def prefix_cache_blocks(self) -> dict[tuple[str, str], int]:
-        """(engine, medium) -> live blocks, summed over KV cache groups."""
-        out: dict[tuple[str, str], int] = {}
+    def prefix_cache_blocks(self, *, exact_only: bool = False) -> dict[MediumKey, int]:
+        """(engine, medium) -> live blocks, summed over KV cache groups; with
+        ``exact_only`` only the counts known to be exact."""
+        out: dict[MediumKey, int] = {}
         for (engine, medium, _), hashes in self._blocks.items():
+            if exact_only and not self.exact(engine, medium):
+                continue
             out[(engine, medium)] = out.get((engine, medium), 0) + len(hashes)
         return out
+
+    def media(self) -> list[MediumKey]:
+        """Every (engine, medium) seen since the engine's sequence 0, sorted."""
+        return sorted({(e, m) for e, m, _ in self._blocks})
+
+    def exact(self, engine: str, medium: str) -> bool:
+        key = (engine, medium)
+        return key not in self._unsure_keys and (not self._unsure or key in self._cleared)
 
     @property
     def replay_from(self) -> int:
@@ -223,13 +150,20 @@ class KvBlockTracker:
         return self._holding
 
     def set_capacity(self, blocks: int) -> None:
-        """Cap from what vLLM says it can hold (all media); headroom for one batch's churn."""
-        self.max_blocks = max(blocks + blocks // 10 + 64, 64)
+        """Cap from what vLLM says it can hold (all media). Twice that: vLLM 0.3x can give
+        a block a partial-prefix entry besides its full one; more than that is not a
+        vLLM we understand."""
+        self.max_blocks = max(2 * blocks + 64, 64)
 
     # -- feeding --
     def begin_replay(self) -> None:
         """Hold live batches until ``replay_done`` (used for the start-up history replay)."""
         self._holding = True
+
+    def note_disconnect(self) -> None:
+        """The connection to the publisher dropped: what it sent meanwhile is gone unless
+        a replay brings it back (the subscriber asks for one on reconnecting)."""
+        self.stats.disconnects += 1
 
     def apply_frames(self, frames: Sequence[bytes], *, replay: bool = False) -> Outcome:
         """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``)."""
@@ -273,59 +207,80 @@ class KvBlockTracker:
             if self.last_seq is not None and seq <= self.last_seq:
                 self.stats.duplicates += 1
                 continue
-            if self.last_seq is not None and seq > self.last_seq + 1:
-                self.stats.lost_batches += seq - self.last_seq - 1
             self._commit(seq, batch)
 
     def clear(self) -> None:
+        """Forget everything: a new engine (its sequence starts over), all counts exact."""
         self._blocks.clear()
         self._total = 0
         self._held.clear()
         self.last_seq = None
+        self._unsure = False
+        self._cleared.clear()
+        self._unsure_keys.clear()
 
     # -- internals --
     def _apply_replayed(self, seq: int, batch: KvEventBatch) -> Outcome:
         if self.last_seq is not None and seq <= self.last_seq:
             self.stats.duplicates += 1
             return Outcome.DUPLICATE
-        if self.last_seq is not None and seq > self.last_seq + 1:
-            self.stats.lost_batches += seq - self.last_seq - 1  # the buffer no longer had them
         self._commit(seq, batch)
         return Outcome.APPLIED
 
     def _hold(self, seq: int, batch: KvEventBatch) -> None:
         if len(self._held) >= self.max_held:
+            # dropped: a gap when the held batches are applied, unless the replay has it
             self._held.pop(0)
-            self.stats.lost_batches += 1
         self._held.append((seq, batch))
+
+    def _lose(self, why: str) -> None:
+        """A batch of unknown content is gone: every count is unknown from here on."""
+        if not self._unsure:
+            log.warning("KV events: %s; prefix-cache counts are unknown until the engine "
+                        "clears its cache or restarts", why)
+        self._unsure = True
+        self._cleared.clear()
 
     def _garbage(self, why: str, seq: int | None, replay: bool) -> Outcome:
         self.stats.garbage += 1
         if self.stats.garbage == 1 or self.stats.garbage % 1000 == 0:
             log.warning("KV events: skipped %d bad message(s), latest: %s",
                         self.stats.garbage, why[:200])
-        # a readable sequence still moves on, so the next batch is not taken for a gap
+        # a readable sequence still moves on, so the next batch is not taken for a gap;
+        # what that batch held is unknown
         if seq is not None and not replay and not self._holding and (
             self.last_seq is None or seq == self.last_seq + 1
         ):
             self.last_seq = seq
-            self.stats.lost_batches += 1
+            self._lose("an undecodable batch")
         return Outcome.GARBAGE
 
     def _commit(self, seq: int, batch: KvEventBatch) -> None:
+        first = 0 if self.last_seq is None else self.last_seq + 1
+        if seq > first:
+            self.stats.lost_batches += seq - first if self.last_seq is not None else 0
+            self._lose(f"batches {first} to {seq - 1} never arrived"
+                       if self.last_seq is not None else
+                       f"history before batch {seq} is no longer available")
         self.last_seq = seq
         self.stats.batches += 1
         engine = str(batch.dp_rank) if batch.dp_rank is not None else self.default_engine
         for ev in batch.events:
             if isinstance(ev, AllBlocksCleared):
-                # vLLM sends it when the prefix cache is reset; it names no medium. The
-                # sets are emptied, not dropped: the count reads 0 (absent would mean
+                # The sets are emptied, not dropped: the count reads 0 (absent would mean
                 # that events are off, and a vanished series freezes dashboards).
-                for key in [k for k in self._blocks if k[0] == engine]:
+                for key in [k for k in self._blocks if k[:2] == (engine, ev.medium)]:
                     self._total -= len(self._blocks[key])
                     self._blocks[key].clear()
+                if (engine, ev.medium) in self._known_media() or self._room(engine, ev.medium):
+                    self._cleared.add((engine, ev.medium))
+                    self._unsure_keys.discard((engine, ev.medium))
             elif isinstance(ev, BlockStored):
-                self._store(self._blocks.setdefault((engine, ev.medium, ev.group), set()), ev)
+                live = self._set(engine, ev.medium, ev.group)
+                if live is None:
+                    self.stats.overflow_events += 1
+                else:
+                    self._store(live, ev, (engine, ev.medium))
             else:
                 live = self._blocks.get((engine, ev.medium, ev.group))
                 if live:
@@ -333,15 +288,36 @@ class KvBlockTracker:
                     live.difference_update(ev.hashes)
                     self._total -= before - len(live)
 
-    def _store(self, live: set[int], ev: BlockStored) -> None:
+    def _known_media(self) -> set[MediumKey]:
+        return {(e, m) for e, m, _ in self._blocks}
+
+    def _room(self, engine: str, medium: str) -> bool:
+        """May (engine, medium) get its own series? Bounded per publisher."""
+        known = self._known_media()
+        engines = {e for e, _ in known}
+        if engine not in engines and len(engines) >= self.max_engines:
+            return False
+        return sum(1 for e, _ in known if e == engine) < self.max_media
+
+    def _set(self, engine: str, medium: str, group: int | None) -> set[int] | None:
+        key = (engine, medium, group)
+        live = self._blocks.get(key)
+        if live is None:
+            if (engine, medium) not in self._known_media() and not self._room(engine, medium):
+                return None
+            live = self._blocks[key] = set()
+        return live
+
+    def _store(self, live: set[int], ev: BlockStored, key: MediumKey) -> None:
         for h in ev.hashes:
             if h in live:
                 continue
             if self._total >= self.max_blocks:
                 self.stats.overflow_blocks += 1
+                self._unsure_keys.add(key)
                 if not self._overflow_logged:
                     log.warning("KV events: more than %d live blocks; dropping new ones (the "
-                                "count is a lower bound from now on)", self.max_blocks)
+                                "count is unknown from now on)", self.max_blocks)
                     self._overflow_logged = True
                 continue
             live.add(h)

@@ -93,6 +93,7 @@ class VllmStats:
     # empty in that mode when every vLLM gauge is "mostrecent" (0.13+)
     api_servers: tuple[str, ...] = ()
     multiprocess: bool = False  # several API servers aggregated by prometheus_client
+    dropped: int = 0  # (model_name, engine) pairs beyond MAX_ENGINES, left out (F11)
 
     def engine(self, model_name: str, engine: str) -> EngineStats | None:
         for e in self.engines:
@@ -143,8 +144,21 @@ def _pick(series: Sequence[tuple[Mapping[str, str], float]]) -> float | None:
     return plain[0] if plain else max(v for _, v in series)
 
 
+MAX_LABEL_CHARS = 128  # a model name or engine longer than this is cut, with a marker
+MAX_ENGINES = 16  # (model_name, engine) pairs kept per vLLM: more is not one pod's vLLM
+_CUT = "...(cut)"
+
+
+def bounded_label(value: str) -> str:
+    """A label value from the pod, at most ``MAX_LABEL_CHARS`` (F11)."""
+    if len(value) <= MAX_LABEL_CHARS:
+        return value
+    return value[: MAX_LABEL_CHARS - len(_CUT)] + _CUT
+
+
 def _key(labels: Mapping[str, str], default_model: str) -> Key:
-    return (labels.get("model_name", default_model), labels.get("engine") or DEFAULT_ENGINE)
+    return (bounded_label(labels.get("model_name", default_model)),
+            bounded_label(labels.get("engine") or DEFAULT_ENGINE))
 
 
 def _gauge_by_key(
@@ -175,9 +189,9 @@ def _gauge_by_key(
 def _gpu_capacity(infos: Sequence[Mapping[str, str]]) -> dict[str, tuple[KvCapacity, int | None]]:
     """engine -> (GPU capacity, block size) from the cache_config_info series."""
     out: dict[str, tuple[KvCapacity, int | None]] = {}
-    n = len({i.get("engine") or DEFAULT_ENGINE for i in infos}) or 1
+    n = len({bounded_label(i.get("engine") or DEFAULT_ENGINE) for i in infos}) or 1
     for labels in infos:
-        engine = labels.get("engine") or DEFAULT_ENGINE
+        engine = bounded_label(labels.get("engine") or DEFAULT_ENGINE)
         total = _int_label(labels, "num_gpu_blocks")
         blocks = total // n if total is not None else None
         mem = _int_label(labels, "kv_cache_memory_bytes")
@@ -192,7 +206,7 @@ def _cpu_capacity(
     """CPU tier capacity, keyed by (model, engine), or by engine alone from cache_config_info."""
     out: dict[Key | str, KvCapacity] = {}
     for labels in infos:  # fallbacks first, overwritten by the more precise series below
-        engine = labels.get("engine") or DEFAULT_ENGINE
+        engine = bounded_label(labels.get("engine") or DEFAULT_ENGINE)
         gib = labels.get("kv_offloading_size")
         swap_blocks = _int_label(labels, "num_cpu_blocks")
         if gib not in (None, "", "None"):
@@ -248,10 +262,9 @@ def parse_vllm_metrics(text: str) -> VllmStats:
     usage_gpu = _gauge_by_key(
         samples, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), default_model
     )
-    usage_cpu = _gauge_by_key(
-        samples, ("vllm:kv_offload_cpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
-        default_model,
-    )
+    # V0's CPU swap space only: V1's vllm:kv_offload_cpu_cache_usage_perc counts blocks
+    # pinned by in-flight transfers (0 at idle), not what the CPU tier holds
+    usage_cpu = _gauge_by_key(samples, ("vllm:cpu_cache_usage_perc",), default_model)
     used_simple = _gauge_by_key(samples, ("vllm:simple_kv_offload_used_blocks",), default_model)
     requests = {
         state: _gauge_by_key(samples, (f"vllm:num_requests_{state}",), default_model)
@@ -269,8 +282,9 @@ def parse_vllm_metrics(text: str) -> VllmStats:
     known_engines = {e for _, e in keys}
     keys |= {(default_model, e) for e in gpu_cap if e not in known_engines}
 
+    kept = sorted(keys)[:MAX_ENGINES]
     engines = []
-    for key in sorted(keys):
+    for key in kept:
         model, engine = key
         capacity: dict[str, KvCapacity] = {}
         block_size = None
@@ -297,7 +311,8 @@ def parse_vllm_metrics(text: str) -> VllmStats:
                 block_size=block_size,
             )
         )
-    return VllmStats(tuple(engines), tuple(pids), multiprocess)
+    return VllmStats(tuple(engines), tuple(pids[:MAX_ENGINES]), multiprocess,
+                     dropped=len(keys) - len(kept))
 
 
 def _pid_order(pid: str) -> tuple[int, str]:
@@ -321,23 +336,48 @@ async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int, chunk: int =
     return bytes(buf)
 
 
+def redact_url(url: str) -> str:
+    """A URL fit for labels and logs: no ``user:password@``, no query (tokens travel
+    there too), no fragment (F9)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    host = authority.rpartition("@")[2]
+    path = path.split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme}{sep}{host}{slash}{path}"
+
+
+def _scrub(text: str, url: str) -> str:
+    """An error text with the URL (and any credentials in it) replaced by its redacted
+    form: aiohttp's messages quote the URL they were given."""
+    safe = redact_url(url)
+    text = text.replace(url, safe)
+    userinfo = url.partition("://")[2].split("/", 1)[0].rpartition("@")[0]
+    if userinfo:
+        text = text.replace(userinfo, "***")
+    return text
+
+
 async def fetch_text(
     session: aiohttp.ClientSession, url: str, *, timeout: float, max_bytes: int
 ) -> str:
-    """GET ``url`` as text within ``timeout`` seconds in all (connect + headers + body)."""
+    """GET ``url`` as text within ``timeout`` seconds in all (connect + headers + body).
+    Credentials in ``url`` are sent (basic auth), never written in an error."""
+    shown = redact_url(url)
 
     async def get() -> bytes:
         async with session.get(url, allow_redirects=False) as resp:
             if resp.status != 200:
-                raise VllmScrapeError(f"GET {url}: HTTP {resp.status}")
+                raise VllmScrapeError(f"GET {shown}: HTTP {resp.status}")
             return await read_capped(resp, max_bytes)
 
     try:
         body = await asyncio.wait_for(get(), timeout)
     except asyncio.TimeoutError as exc:  # not the builtin TimeoutError before 3.11
-        raise VllmScrapeError(f"GET {url}: no complete answer within {timeout:g}s") from exc
+        raise VllmScrapeError(f"GET {shown}: no complete answer within {timeout:g}s") from exc
     except aiohttp.ClientError as exc:
-        raise VllmScrapeError(f"GET {url}: {exc}") from exc
+        raise VllmScrapeError(_scrub(f"GET {shown}: {exc}", url)) from exc
     return body.decode("utf-8", errors="replace")
 
 
