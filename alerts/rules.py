@@ -41,10 +41,6 @@ from exporter.promql import Config, by, duration, expr, number, series
 Rule = dict[str, Any]
 Group = dict[str, Any]
 
-# Added to the exporter by the stale-/dev/shm work (design section 7); the catalogue spec
-# replaces this literal once that lands.
-TMPFS_ORPHANED_BYTES = "headroom_tmpfs_orphaned_bytes"
-
 
 # --- small helpers ---------------------------------------------------------------------------
 def _raw(config: Config, metric: c.MetricSpec | str, **equal: str) -> str:
@@ -536,7 +532,7 @@ def shared_memory_filling_up(config: Config) -> Rule:
 def stale_shared_memory(config: Config) -> Rule:
     condition = expr(
         "${orphaned} > ${min_bytes}",
-        orphaned=_held(config, TMPFS_ORPHANED_BYTES, (*config.group_labels, "mount")),
+        orphaned=_held(config, c.TMPFS_ORPHANED_BYTES, (*config.group_labels, "mount")),
         min_bytes=config.stale_shm_min_bytes,
     )
     return _alert(

@@ -14,14 +14,15 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 need_apt=0
-for cmd in promtool prometheus-alertmanager qemu-system-x86_64 chromium tmux curl openssl prlimit; do
+for cmd in promtool prometheus-alertmanager qemu-system-x86_64 chromium tmux curl openssl prlimit \
+        unshare nsenter ss; do
     command -v "$cmd" >/dev/null || need_apt=1
 done
 if [[ $need_apt == 1 ]]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager \
-        qemu-system-x86 chromium tmux curl openssl util-linux >/dev/null
+        qemu-system-x86 chromium tmux curl openssl util-linux iproute2 >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
 bash scripts/install-helm-test-deps.sh
@@ -42,7 +43,7 @@ HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
     python3 -m pytest -q -m "not vllm and not v2guest and not replay"
 
 echo "== alert scenarios replayed through promtool (days of series each; two at a time)"
-python3 -m pytest -q -n 2 -m replay
+python3 -m pytest -q -p no:benchmark -n 2 -m replay
 
 echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot)"
 HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from alerts import rules, yamlout
-from alerts.rules import TMPFS_ORPHANED_BYTES as TMPFS_ORPHANED
 from exporter import catalog as c
+from exporter.catalog import TMPFS_ORPHANED_BYTES
 from exporter.promql import CONFIG as DEFAULT
 from exporter.promql import DAY, HOUR, MINUTE, Config
 from exporter.promql import duration as promql_duration
@@ -373,7 +373,7 @@ def _stale_shm(cfg: Config) -> Test:
         "name": "HeadroomStaleSharedMemory: orphaned tmpfs bytes held",
         "interval": "1m",
         "input_series": [
-            _s(TMPFS_ORPHANED, _steps((32 * MiB, 10), (2 * GiB, n - 10)), **labels),
+            _s(TMPFS_ORPHANED_BYTES.name, _steps((32 * MiB, 10), (2 * GiB, n - 10)), **labels),
             _s("up", f"1x{n}"),
         ],
         "promql_expr_test": boundary("HeadroomStaleSharedMemory", "warning", None,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import generate, rules
+from alerts import generate
 from alerts.tests import scenarios
 from exporter import catalog, promql
 from exporter.promql import CONFIG as DEFAULT
@@ -126,9 +126,7 @@ def test_raw_series_are_selected_by_the_config_selector() -> None:
     raw = re.findall(r"\b(headroom_[a-z_]+)(\{[^}]*\})?", body)
     assert raw
     for name, matchers in raw:
-        # headroom_tmpfs_orphaned_bytes: design section 7, added to the catalogue by the
-        # stale-/dev/shm work.
-        assert name in catalog.by_name() or name == rules.TMPFS_ORPHANED_BYTES, name
+        assert name in catalog.by_name(), name
         assert matchers.startswith('{job="other"'), (name, matchers)
     assert 'job="headroom"' not in body
 

@@ -393,7 +393,7 @@ def _causes(ev: Evidence, cg: CgroupEvidence, close: Closeness, growth: list[Gro
             f"the pod has open or mapped (a killed container's message queues, "
             f"multimodal cache or KV-offload region). They stay charged to the pod: a "
             f"container restart keeps the pod's {t.mount}.",
-            (), _runbook(base, "HeadroomHiddenMemoryGrowth"))))
+            (), _runbook(base, "HeadroomStaleSharedMemory"))))
 
     for k in kv_cpu:
         assert k.capacity_bytes is not None

@@ -120,7 +120,7 @@ def pod_queries(namespace: str, pod: str, extra: str = "") -> dict[str, str]:
                       + with_matchers(s, 'kind=~"rss_anon|rss_shmem"'),
                       (*cont, "process", "kind")),
         "tmpfs": (c.TMPFS_USED_BYTES.name + s, (*cont, "mount")),
-        "orphaned": ("headroom_tmpfs_orphaned_bytes" + s, (*cont, "mount")),
+        "orphaned": (c.TMPFS_ORPHANED_BYTES.name + s, (*cont, "mount")),
         "prefix": (c.VLLM_PREFIX_CACHE_BLOCKS.name + s, (*cont, "medium")),
     }
     for name, (metric, by) in trends.items():
