@@ -22,6 +22,7 @@ from exporter.config import ConfigError, build_config
 from exporter.registry import SOURCES
 from exporter.settings import env_name, parse_duration, parse_size
 from tests.conftest import HOSTS
+from tests.net import free_port
 
 V1 = HOSTS / "v1-cgroupfs-containerd"
 
@@ -94,12 +95,6 @@ def test_kmsg_can_be_turned_off() -> None:
 def test_parse_size() -> None:
     assert parse_size("2GiB") == 2 << 30 and parse_size("512MiB") == 512 << 20
     assert parse_size("1048576") == 1 << 20 and parse_size("1GB") == 10**9
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str) -> tuple[int, str, str]:

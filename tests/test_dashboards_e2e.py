@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from alerts.generate import rules_yaml
 from dashboards import common, generate
 from exporter.promql import CONFIG, HEADROOM
 from tests.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
+from tests.net import free_port, wait_http
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
@@ -88,25 +88,6 @@ while True:
         f.write(b"\1" * (1 << 19))
     time.sleep(0.5)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer")
 
 
 def api(prom: str, path: str, **params: Any) -> Any:

