@@ -19,7 +19,7 @@ async def test_f18_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
     """F18: with /proc unmounted (or the hostPath gone) procfs and tmpfs reported
     success 1 with no series: a blind exporter that looked healthy."""
     root = tmp_path / "host"
-    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root)
+    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
     pipeline = fixture_pipeline(on_tree(host_config("v1-cgroupfs-containerd"), root))
     try:
         before = parse_exposition(await exposition(pipeline))
