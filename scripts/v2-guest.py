@@ -25,6 +25,7 @@ run fails (exit 124) with the console and the output so far: never a hang.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import lzma
 import os
 import re
@@ -69,7 +70,8 @@ $B mkdir -p $N/dev/pts $N/dev/shm
 $B mount -t devpts devpts $N/dev/pts
 $B mount -t tmpfs -o mode=1777 shm $N/dev/shm
 $B mount -t tmpfs -o mode=0755 run $N/run
-$B mount -t tmpfs -o mode=1777 tmp $N/tmp
+# /tmp stays the host's, through the overlay (writes land in the tmpfs upper layer): a
+# checkout under /tmp (a CI clone made with mktemp -d) must be visible in the guest.
 $B mount -t cgroup2 cgroup2 $N/sys/fs/cgroup || fail cgroup2
 $B mkdir -p $N@XFER@
 $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none xfer $N@XFER@ \
@@ -191,9 +193,13 @@ def cpio_newc(entries: list[tuple[str, int, bytes, int]]) -> bytes:
 
 def prepare(cache: Path = CACHE) -> Guest:
     stamp = cache / "ready"
+    # The initramfs embeds INIT: a cache built with another init script is built again.
+    init_id = hashlib.sha256(INIT.encode()).hexdigest()[:16]
     if stamp.exists():
-        release = stamp.read_text().strip()
-        return Guest(cache / f"vmlinux-{release}", cache / f"initrd-{release}.cpio", release)
+        release, _, built_for = stamp.read_text().strip().partition(" ")
+        if built_for == init_id:
+            return Guest(cache / f"vmlinux-{release}", cache / f"initrd-{release}.cpio",
+                         release)
     if shutil.which("qemu-system-x86_64") is None:
         raise SystemExit("v2-guest: qemu-system-x86_64 not found (apt-get install "
                          "--no-install-recommends qemu-system-x86)")
@@ -219,7 +225,7 @@ def prepare(cache: Path = CACHE) -> Guest:
     entries += [(f"modules/{p.name}", 0o100644, p.read_bytes(), 0) for p in modules]
     (cache / f"initrd-{release}.cpio").write_bytes(cpio_newc(entries))
     shutil.rmtree(root)  # 400 MB of modules: only the few above are needed
-    stamp.write_text(release + "\n")
+    stamp.write_text(f"{release} {init_id}\n")
     log(f"prepared kernel {release} in {time.monotonic() - t0:.1f} s")
     return prepare(cache)
 
