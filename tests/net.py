@@ -3,10 +3,12 @@ Alertmanager, vLLM)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterable
 
 
 def free_port() -> int:
@@ -27,3 +29,15 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> N
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"{url} did not answer")
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]], timeout: float = 10) -> None:
+    """SIGTERM every process first (they shut down side by side), then wait; kill stragglers."""
+    procs = list(procs)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()

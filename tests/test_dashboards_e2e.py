@@ -38,7 +38,7 @@ from alerts.generate import rules_yaml
 from dashboards import common, generate
 from exporter.promql import CONFIG, HEADROOM
 from tests.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
-from tests.net import free_port, wait_http
+from tests.net import free_port, stop_all, wait_http
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
@@ -200,13 +200,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             yield {"tree": tree, "prom": f"http://127.0.0.1:{prom_port}",
                    "instance": f"127.0.0.1:{exporter_port}", "tmp": tmp_path}
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
 
 
 def first_screen(d: dict[str, Any]) -> list[dict[str, Any]]:

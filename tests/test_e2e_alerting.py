@@ -36,7 +36,7 @@ from alerts import alertmanager
 from alerts.generate import rules_yaml
 from exporter.promql import CONFIG
 from tests.kernel import Grower, KernelUnavailable, kube_tree, own_memory_cgroup
-from tests.net import free_port, wait_http
+from tests.net import free_port, stop_all, wait_http
 from tests.test_dashboards import substitute_var
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
@@ -177,13 +177,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
                    "exporter": f"http://127.0.0.1:{exporter_port}", "webhook": webhook,
                    "tmp": tmp_path, "restart_exporter": restart_exporter}
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
             webhook.server.shutdown()
             webhook.server.server_close()
             for f in files:
