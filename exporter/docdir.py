@@ -117,6 +117,29 @@ class DocumentDir:
         finally:
             os.close(dfd)
 
+    def stamps(self) -> dict[str, tuple[int, int, int]]:
+        """Our documents -> (inode, size, mtime in ns): what a cache of their contents
+        is keyed on (a rewritten or replaced file has another stamp)."""
+        try:
+            dfd = self._open_dir(create=False)
+        except OSError:
+            return {}
+        out = {}
+        try:
+            with os.scandir(dfd) as it:
+                for e in it:
+                    if not NAME_RE.match(e.name):
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        out[e.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        finally:
+            os.close(dfd)
+        return out
+
     def read(self, name: str) -> bytes | None:
         """The document's bytes; None unless it is one of ours and a regular file."""
         if not NAME_RE.match(name):

@@ -26,7 +26,9 @@ from exporter import __version__
 from exporter.connections import ConnectionGuard
 from exporter.encode import encode
 from exporter.factory import Exporter
-from exporter.oncall.postmortem_page import render_document, render_index, wants_html
+from exporter.oncall.postmortem_page import render_document, wants_html
+from exporter.oom.documents import DocumentStore
+from exporter.oomindex import IndexCache
 from exporter.render import render
 from exporter.webconfig import (
     BasicAuth,
@@ -37,6 +39,7 @@ from exporter.webconfig import (
     peer_sans,
     ssl_context,
 )
+from exporter.workpool import BoundedPool, Busy
 
 log = logging.getLogger(__name__)
 
@@ -177,27 +180,58 @@ def _html(request: web.Request) -> bool:
     return wants_html(request.headers.get("Accept"), request.query.get("format"))
 
 
+@dataclass
+class _Pages:
+    """The /debug/oom/ pages' work: one thread of its own with a short queue (never the
+    default executor, where the collectors run), and the index from a cache; concurrent
+    index requests share one build."""
+
+    pool: BoundedPool = field(default_factory=lambda: BoundedPool(
+        "pages", workers=1, queue=8, deadline=10.0))
+    index: IndexCache = field(default_factory=IndexCache)
+    building: asyncio.Future[str] | None = None
+
+    async def index_page(self, docs: DocumentStore) -> str:
+        if self.building is None or self.building.done():
+            self.building = asyncio.ensure_future(
+                self.pool.run(lambda: self.index.page(docs)))
+        return await asyncio.shield(self.building)
+
+
+PAGES_KEY = web.AppKey("pages", _Pages)
+
+
+def _busy(exc: Busy) -> web.HTTPServiceUnavailable:
+    return web.HTTPServiceUnavailable(text=f"busy: {exc}\n", headers={"Retry-After": "1"})
+
+
 async def oom_index(request: web.Request) -> web.Response:
     """HTML to browsers, JSON to scripts (``Accept: application/json``, ``?format=json``)."""
-    pm = request.app[EXPORTER_KEY].postmortem
-    names = pm.list_documents()
-    if not _html(request):
-        return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
-    # Documents may be read from disk: off the event loop.
-    page = await asyncio.to_thread(
-        lambda: render_index([(n, pm.get_document(n)) for n in names]))
+    store = request.app[EXPORTER_KEY].postmortem.store
+    pages = request.app[PAGES_KEY]
+    try:
+        if not _html(request):
+            names = await pages.pool.run(store.names)
+            return web.json_response({"documents": [f"/debug/oom/{n}" for n in names]})
+        page = await pages.index_page(store)
+    except Busy as exc:
+        raise _busy(exc) from None
     return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
 
 
 async def oom_document(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     pm = request.app[EXPORTER_KEY].postmortem
-    doc = await asyncio.to_thread(pm.get_document, name)
-    if doc is None:
-        raise web.HTTPNotFound(text="no such OOM document\n")
-    if not _html(request):
-        return web.json_response(doc)
-    page = await asyncio.to_thread(render_document, name, doc)
+    pool = request.app[PAGES_KEY].pool
+    try:
+        doc = await pool.run(lambda: pm.get_document(name))
+        if doc is None:
+            raise web.HTTPNotFound(text="no such OOM document\n")
+        if not _html(request):
+            return web.json_response(doc)
+        page = await pool.run(lambda: render_document(name, doc))
+    except Busy as exc:
+        raise _busy(exc) from None
     return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
 
 
@@ -253,6 +287,7 @@ def make_app(exporter: Exporter, security: Security | None = None,
     app[SECURITY_KEY] = security if security is not None else Security(None)
     app[GUARD_KEY] = guard
     app[RENDERS_KEY] = _Renders()
+    app[PAGES_KEY] = _Pages()
     app[AUTH_POOL_KEY] = ThreadPoolExecutor(1, thread_name_prefix="auth")
     app.on_response_prepare.append(_add_headers)
     app.on_cleanup.append(_shutdown_pools)
@@ -274,6 +309,7 @@ async def _sweep_connections(app: web.Application) -> AsyncIterator[None]:
 async def _shutdown_pools(app: web.Application) -> None:
     app[RENDERS_KEY].pool.shutdown(wait=False, cancel_futures=True)
     app[AUTH_POOL_KEY].shutdown(wait=False, cancel_futures=True)
+    app[PAGES_KEY].pool.shutdown()
 
 
 class GuardedSite(web.TCPSite):

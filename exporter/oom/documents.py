@@ -101,6 +101,16 @@ class DocumentStore:
             names |= set(self._dir.names())
         return sorted(names)
 
+    def stamps(self) -> dict[str, tuple[int, int, int] | None]:
+        """Every document's name -> its file's (inode, size, mtime in ns), or None for
+        one held in memory (never changed once published)."""
+        with self._lock:
+            out: dict[str, tuple[int, int, int] | None] = {n: None for n, _ in self._documents}
+        if self._dir is not None:
+            for name, st in self._dir.stamps().items():
+                out.setdefault(name, st)
+        return out
+
     def get(self, name: str) -> dict[str, Any] | None:
         with self._lock:
             for n, doc in self._documents:

@@ -1,0 +1,99 @@
+"""The web front under hostile clients, round 2 (issue 23): the /debug/oom/ index under a
+burst (R6), basic auth under a flood of wrong passwords (R7), SIGHUP with an empty,
+partial or invalid web config (R8), SIGHUP right after exec (R10), a huge web config
+(R11)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from exporter.config import RecorderSettings, ScrapeSettings
+from exporter.docdir import DocumentDir
+from exporter.factory import Exporter
+from exporter.oom.documents import DocumentStore
+from exporter.server import Security, make_app
+from tests.conftest import fixture_pipeline, host_config
+
+WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
+DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
+
+
+@asynccontextmanager
+async def app_server(exporter: Exporter, security: Security | None = None
+                     ) -> AsyncIterator[str]:
+    """The real application on a loopback port; yields its base URL."""
+    runner = web.AppRunner(make_app(exporter, security))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        await exporter.aclose()
+
+
+def big_document(i: int) -> dict[str, object]:
+    """A flight-recorder document with a 15-minute history: about 400 kB of JSON."""
+    scrapes = [{"time": 1.8e9 - 900 + t, "usage": t << 20, "limit": 1 << 30,
+                "processes": [{"process": f"proc-{p}", "count": 1, "rss_anon": p << 20,
+                               "rss_file": 0, "rss_shmem": 0} for p in range(20)]}
+               for t in range(0, 900, 5)]
+    return {"kind": "headroom.oom_kill/v1", "time": 1.8e9 + i, "namespace": "llm",
+            "pod": f"vllm-{i}", "container": "vllm",
+            "victim": {"process": "EngineCore", "pid": 42, "source": "kmsg"},
+            "usage": [[1.8e9 - 900 + t, t << 20] for t in range(900)], "scrapes": scrapes}
+
+
+async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R6: the HTML index parsed every stored document on every request (1.5 s with 50);
+    40 concurrent requests made a scrape's discovery collector time out. Now rows come
+    from a cache keyed on each file's stamp: the burst parses each document at most once
+    more, and scrapes during it keep discovery and the workload series."""
+    docs = tmp_path / "oom"
+    d = DocumentDir(docs)
+    for i in range(50):
+        d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
+                json.dumps(big_document(i)).encode())
+    reads: list[str] = []
+    real_get = DocumentStore.get
+
+    def counting_get(self: DocumentStore, name: str) -> dict[str, object] | None:
+        reads.append(name)
+        return real_get(self, name)
+
+    monkeypatch.setattr(DocumentStore, "get", counting_get)
+    cfg = host_config("v1-cgroupfs-containerd").with_settings(
+        ScrapeSettings(collector_timeout=1.0), RecorderSettings(dir=docs))
+    async with app_server(fixture_pipeline(cfg)) as url, aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=120)) as session:
+        async def get(path: str, delay: float = 0.0) -> tuple[int, bytes]:
+            await asyncio.sleep(delay)
+            async with session.get(url + path, headers={"Accept": "text/html"}) as r:
+                return r.status, await r.read()
+
+        status, first = await get("/debug/oom/")
+        for _ in range(5):  # rows are filled in a bounded number per request
+            status, first = await get("/debug/oom/")
+        assert status == 200 and first.count(b"<tr><td>") == 50
+        before = len(reads)
+        burst = [asyncio.ensure_future(get("/debug/oom/")) for _ in range(40)]
+        scrapes = [asyncio.ensure_future(get("/metrics", 0.05 + 0.2 * i)) for i in range(4)]
+        pages = await asyncio.gather(*burst)
+        bodies = await asyncio.gather(*scrapes)
+    assert {s for s, _ in pages} <= {200, 503} and any(s == 200 for s, _ in pages)
+    assert all(p == first for s, p in pages if s == 200)
+    assert len(reads) - before == 0, f"the burst parsed {len(reads) - before} documents"
+    for status, body in bodies:
+        assert status == 200 and WORKLOAD_SERIES in body and DISCOVERY_OK in body
