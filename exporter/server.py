@@ -70,7 +70,7 @@ class Security:
 
     def _apply(self, cfg: WebConfig) -> None:
         self.config = cfg
-        self.auth = BasicAuth(cfg.users)
+        self.auth = BasicAuth(cfg.users, previous=getattr(self, "auth", None))
         self.limiter = TokenBucket(cfg.rate_interval, cfg.rate_burst) \
             if cfg.rate_interval > 0 else None
         self.ssl = ssl_context(cfg.tls) if cfg.tls is not None else None
@@ -134,7 +134,11 @@ class _Renders:
 
 
 RENDERS_KEY = web.AppKey("renders", _Renders)
-AUTH_POOL_KEY = web.AppKey("auth_pool", ThreadPoolExecutor)
+AUTH_POOL_KEY = web.AppKey("auth_pool", BoundedPool)
+# One bcrypt at a time (~70 ms at cost 10), eight waiting, each answered within 2 s or
+# refused with 503: a flood of wrong passwords costs one core and never an unbounded
+# queue, and a cached verdict (Prometheus's) never waits for it.
+AUTH_WORKERS, AUTH_QUEUE, AUTH_DEADLINE = 1, 8, 2.0
 
 LANDING = """<!doctype html>
 <html><head><title>headroom exporter</title></head>
@@ -265,9 +269,12 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
     if sec.auth.enabled and request.path != "/healthz":
         header = request.headers.get("Authorization")
         ok = sec.auth.cached(header)
-        if ok is None:  # bcrypt: off the loop, in a pool of its own
-            ok = await asyncio.get_running_loop().run_in_executor(
-                request.app[AUTH_POOL_KEY], sec.auth.check, header)
+        if ok is None:  # bcrypt: off the loop, in a bounded pool of its own
+            auth = sec.auth
+            try:
+                ok = await request.app[AUTH_POOL_KEY].run(lambda: auth.check(header))
+            except Busy as exc:
+                raise _busy(exc) from None
         if not ok:
             raise web.HTTPUnauthorized(text="unauthorized\n",
                                        headers={"WWW-Authenticate": "Basic"})
@@ -288,7 +295,7 @@ def make_app(exporter: Exporter, security: Security | None = None,
     app[GUARD_KEY] = guard
     app[RENDERS_KEY] = _Renders()
     app[PAGES_KEY] = _Pages()
-    app[AUTH_POOL_KEY] = ThreadPoolExecutor(1, thread_name_prefix="auth")
+    app[AUTH_POOL_KEY] = BoundedPool("auth", AUTH_WORKERS, AUTH_QUEUE, AUTH_DEADLINE)
     app.on_response_prepare.append(_add_headers)
     app.on_cleanup.append(_shutdown_pools)
     app.cleanup_ctx.append(_sweep_connections)
@@ -308,7 +315,7 @@ async def _sweep_connections(app: web.Application) -> AsyncIterator[None]:
 
 async def _shutdown_pools(app: web.Application) -> None:
     app[RENDERS_KEY].pool.shutdown(wait=False, cancel_futures=True)
-    app[AUTH_POOL_KEY].shutdown(wait=False, cancel_futures=True)
+    app[AUTH_POOL_KEY].shutdown()
     app[PAGES_KEY].pool.shutdown()
 
 

@@ -421,19 +421,29 @@ def _dummy_hash() -> bytes:
 class BasicAuth:
     """Checks ``Authorization: Basic`` against bcrypt hashes, caching verdicts.
 
-    bcrypt at cost 10 costs ~70 ms of CPU; Prometheus sends the same credentials every
-    scrape, so verdicts are cached (bounded, oldest out), keyed by an HMAC of user, hash
-    and password under a per-process key: no password is kept in memory. One bcrypt at a
-    time (a lock), run off the event loop by the caller: a flood of wrong passwords costs
-    one core, and a cached right one never waits for it.
+    bcrypt at cost 10 costs ~70 ms of CPU (cost 12: ~280 ms); Prometheus sends the same
+    credentials every scrape, so verdicts are cached, keyed by an HMAC of user, hash and
+    password under a per-process key: no password is kept in memory. Good verdicts and
+    bad ones are kept apart, each bounded, least recently used out, and a hit refreshes
+    its entry (red-team R7: 100 distinct wrong passwords shared one 100-entry cache with
+    Prometheus's verdict, which a hit did not refresh; it was evicted and its scrapes
+    queued behind the flood's bcrypt checks). ``check`` is blocking: the caller runs it
+    off the event loop in a bounded pool (``workpool.BoundedPool``).
     """
 
-    def __init__(self, users: Mapping[str, bytes], cache_size: int = 100) -> None:
+    def __init__(self, users: Mapping[str, bytes], cache_size: int = 100,
+                 bad_cache_size: int = 1000, previous: BasicAuth | None = None) -> None:
         self._users = dict(users)
-        self._key = secrets.token_bytes(32)
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.Lock()  # the cache
+        self._bad_cache_size = bad_cache_size
+        # After a reload, verdicts carry over: the key includes the hash, so a changed
+        # or removed user's entries simply stop matching.
+        self._key = previous._key if previous is not None else secrets.token_bytes(32)
+        self._good: OrderedDict[bytes, None] = OrderedDict(
+            previous._good if previous is not None else ())
+        self._bad: OrderedDict[bytes, None] = OrderedDict(
+            previous._bad if previous is not None else ())
+        self._lock = threading.Lock()  # the caches
         self._bcrypt_lock = threading.Lock()
 
     @property
@@ -445,9 +455,15 @@ class BasicAuth:
         creds = parse_basic(header)
         if creds is None:
             return False
+        return self._lookup(self._cache_key(*creds))
+
+    def _lookup(self, key: bytes) -> bool | None:
         with self._lock:
-            verdict = self._cache.get(self._cache_key(*creds))
-        return verdict
+            for cache, verdict in ((self._good, True), (self._bad, False)):
+                if key in cache:
+                    cache.move_to_end(key)
+                    return verdict
+        return None
 
     def check(self, header: str | None) -> bool:
         """Blocking (bcrypt): call from a worker thread."""
@@ -458,10 +474,9 @@ class BasicAuth:
             return False
         user, password = creds
         key = self._cache_key(user, password)
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+        known = self._lookup(key)
+        if known is not None:
+            return known
         hashed = self._users.get(user)
         with self._bcrypt_lock:
             try:
@@ -469,10 +484,12 @@ class BasicAuth:
             except ValueError:  # a password over bcrypt's 72-byte limit, a bad hash
                 ok = False
         ok = ok and hashed is not None
+        cache, size = (self._good, self._cache_size) if ok else (
+            self._bad, self._bad_cache_size)
         with self._lock:
-            self._cache[key] = ok
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            cache[key] = None
+            while len(cache) > size:
+                cache.popitem(last=False)
         return ok
 
     def _cache_key(self, user: str, password: bytes) -> bytes:

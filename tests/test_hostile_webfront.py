@@ -20,7 +20,9 @@ from exporter.docdir import DocumentDir
 from exporter.factory import Exporter
 from exporter.oom.documents import DocumentStore
 from exporter.server import Security, make_app
+from exporter.webconfig import BasicAuth, WebConfig
 from tests.conftest import fixture_pipeline, host_config
+from tests.hostile import basic, bcrypt_hash
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
@@ -97,3 +99,46 @@ async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
     assert len(reads) - before == 0, f"the burst parsed {len(reads) - before} documents"
     for status, body in bodies:
         assert status == 200 and WORKLOAD_SERIES in body and DISCOVERY_OK in body
+
+
+def test_r7_wrong_passwords_never_evict_a_good_verdict() -> None:
+    """R7: good and bad verdicts shared one 100-entry cache and a hit did not refresh:
+    100 distinct wrong passwords evicted Prometheus's entry."""
+    auth = BasicAuth({"prometheus": bcrypt_hash("s3cret", cost=4).encode()})
+    good = basic("prometheus", "s3cret")["Authorization"]
+    assert auth.check(good) is True
+    for i in range(100):
+        assert auth.check(basic("prometheus", f"guess-{i}")["Authorization"]) is False
+    assert auth.cached(good) is True
+
+
+async def test_r7_a_wrong_password_flood_is_refused_quickly_and_scrapes_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """R7: under a flood of distinct wrong passwords Prometheus's verdict stays cached
+    (its scrapes never wait for bcrypt), and the excess beyond one bcrypt running and
+    eight queued is answered 503 at once instead of joining an unbounded queue (6/6
+    scrapes timed out at cost 12)."""
+    users = {"prometheus": bcrypt_hash("s3cret", cost=10).encode()}
+    security = Security(None, WebConfig(users=users))
+    good = basic("prometheus", "s3cret")
+    pipeline = fixture_pipeline(host_config("v1-cgroupfs-containerd"))
+    async with app_server(pipeline, security) as url, aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=120)) as session:
+        async def get(headers: dict[str, str], delay: float = 0.0) -> int:
+            await asyncio.sleep(delay)
+            async with session.get(url + "/metrics", headers=headers) as r:
+                await r.read()
+                return r.status
+
+        assert await get(good) == 200
+        flood = [asyncio.ensure_future(get(basic("prometheus", f"guess-{i}")))
+                 for i in range(300)]
+        # Prometheus's scrape timeout is 10 s by default: a scrape must answer within it.
+        scrapes = [asyncio.ensure_future(asyncio.wait_for(get(good, 0.1 * i), 10))
+                   for i in range(1, 6)]
+        statuses = await asyncio.gather(*flood)
+        assert await asyncio.gather(*scrapes) == [200] * 5
+    assert set(statuses) <= {401, 503}, set(statuses)
+    assert statuses.count(503) >= 200  # beyond the pool and its queue: refused
+    assert security.auth.cached(good["Authorization"]) is True

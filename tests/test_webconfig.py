@@ -111,19 +111,23 @@ def test_bad_web_config_exits_2_naming_the_file(tmp_path: Path,
 
 
 def test_basic_auth_caches_verdicts_and_treats_unknown_users_alike() -> None:
-    auth = BasicAuth({"prometheus": bcrypt_hash("s3cret", cost=4).encode()}, cache_size=2)
+    auth = BasicAuth({"prometheus": bcrypt_hash("s3cret", cost=4).encode()}, cache_size=2,
+                     bad_cache_size=2)
     good, wrong = basic("prometheus", "s3cret")["Authorization"], basic(
         "prometheus", "nope")["Authorization"]
     assert auth.cached(good) is None  # unknown until bcrypt has run once
     assert auth.check(good) is True and auth.cached(good) is True
     assert auth.check(wrong) is False and auth.cached(wrong) is False
     assert auth.check(basic("mallory", "s3cret")["Authorization"]) is False
-    assert auth.cached(good) is None  # bounded: the oldest verdict went
+    assert auth.cached(good) is True  # bad verdicts are kept apart (R7)
+    for i in range(3):
+        auth.check(basic("prometheus", f"wrong-{i}")["Authorization"])
+    assert auth.cached(wrong) is None  # bounded: the least recently used went
     for bad in (None, "", "Bearer x", "Basic !!!", "Basic " + "A" * 5000, "Basic Zm9v"):
         assert auth.check(bad) is False and auth.cached(bad) is False
     assert parse_basic("basic YTpiOmM=") == ("a", b"b:c")  # the password may hold colons
     # No password is kept: the cache holds HMAC digests only.
-    assert all(b"s3cret" not in k for k in auth._cache)
+    assert all(b"s3cret" not in k for k in [*auth._good, *auth._bad])
 
 
 def test_token_bucket() -> None:
