@@ -438,7 +438,7 @@ class BasicAuth:
         self._bad_cache_size = bad_cache_size
         # After a reload, verdicts carry over: the key includes the hash, so a changed
         # or removed user's entries simply stop matching.
-        self._key = previous._key if previous is not None else secrets.token_bytes(32)
+        self._key: bytes = previous._key if previous is not None else secrets.token_bytes(32)
         self._good: OrderedDict[bytes, None] = OrderedDict(
             previous._good if previous is not None else ())
         self._bad: OrderedDict[bytes, None] = OrderedDict(
