@@ -81,18 +81,26 @@ class Security:
             sslobj.context = self.ssl
 
     def reload(self) -> bool:
-        """Re-read the file; False (and the old config kept) when it is bad."""
+        """Re-read the file; False (and the old config kept, said at warning level) when
+        it is bad, empty, or would turn authentication or TLS off: a file caught
+        mid-write must never open the exporter (red-team R8: an empty file turned basic
+        auth off, logged at info)."""
         if self.path is None:
             log.info("SIGHUP: no --web.config.file to reload")
             return True
         try:
-            cfg = load_web_config(self.path)
+            cfg = load_web_config(self.path, allow_empty=False)
         except WebConfigError as exc:
-            log.error("web config not reloaded, keeping the old one: %s", exc)
+            log.warning("web config not reloaded, keeping the old one: %s", exc)
             return False
-        if (cfg.tls is None) != (self.config.tls is None):
-            log.error("web config not reloaded: TLS cannot be switched on or off without "
-                      "a restart")
+        return self.adopt(cfg)
+
+    def adopt(self, cfg: WebConfig) -> bool:
+        """Apply a newly read config unless it would switch TLS or turn auth off."""
+        refusal = reload_refusal(self.config, cfg)
+        if refusal is not None:
+            log.warning("web config not reloaded from %s, keeping the old one: %s",
+                        self.path, refusal)
             return False
         old = self.config.tls
         if old is not None and cfg.tls is not None and (
@@ -104,6 +112,21 @@ class Security:
         self._apply(cfg)
         log.info("web config reloaded from %s", self.path)
         return True
+
+
+def reload_refusal(old: WebConfig, new: WebConfig) -> str | None:
+    """Why ``new`` may not replace ``old`` on SIGHUP (None: it may). What opens the
+    exporter (auth or TLS off) takes a restart: a truncated file reads the same."""
+    if (new.tls is None) != (old.tls is None):
+        return "TLS cannot be switched on or off without a restart"
+    if old.users and not new.users:
+        return ("it has no basic_auth_users (truncated mid-write?); turning "
+                "authentication off takes a restart")
+    if old.tls is not None and new.tls is not None and (
+            old.tls.allowed_sans is not None and new.tls.allowed_sans is None
+            or old.tls.verify_mode != ssl.CERT_NONE and new.tls.verify_mode == ssl.CERT_NONE):
+        return "client certificate checks cannot be turned off without a restart"
+    return None
 
 
 SECURITY_KEY = web.AppKey("security", Security)

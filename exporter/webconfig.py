@@ -353,11 +353,15 @@ def parse_web_config(text: str, base: Path) -> WebConfig:
                      rate_burst=burst)
 
 
-def load_web_config(path: Path) -> WebConfig:
+def load_web_config(path: Path, allow_empty: bool = True) -> WebConfig:
+    """``allow_empty=False`` (a reload): an empty file is an error, not "no settings"
+    (a file caught mid-write reads empty)."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise WebConfigError([f"cannot read {path}: {getattr(exc, 'strerror', exc)}"]) from exc
+    if not allow_empty and not text.strip():
+        raise WebConfigError([f"{path}: the file is empty (truncated mid-write?)"])
     try:
         return parse_web_config(text, path.parent)
     except WebConfigError as exc:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +24,7 @@ from exporter.oom.documents import DocumentStore
 from exporter.server import Security, make_app
 from exporter.webconfig import BasicAuth, WebConfig
 from tests.conftest import fixture_pipeline, host_config
-from tests.hostile import basic, bcrypt_hash
+from tests.hostile import FIXTURE_ARGS, Served, basic, bcrypt_hash, http_get, serve
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
@@ -142,3 +144,40 @@ async def test_r7_a_wrong_password_flood_is_refused_quickly_and_scrapes_pass(
     assert set(statuses) <= {401, 503}, set(statuses)
     assert statuses.count(503) >= 200  # beyond the pool and its queue: refused
     assert security.auth.cached(good["Authorization"]) is True
+
+
+def wait_log(served: Served, needle: str, count: int, timeout: float = 30.0) -> str:
+    """The exporter's log once ``needle`` is in it ``count`` times (a generous deadline:
+    how long it takes is not what is checked)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = served.log_text()
+        if text.count(needle) >= count or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
+        tmp_path: Path) -> None:
+    """R8: SIGHUP while the web config was empty (truncated mid-write) was accepted and
+    turned authentication off (/metrics 401 -> 200), logged at info. Now an empty file,
+    one cut before its users, and an invalid one are each refused at warning level and
+    the old config stays in force."""
+    web_yml = tmp_path / "web.yml"
+    users = f'basic_auth_users: {{prometheus: "{bcrypt_hash("s3cret", cost=4)}"}}\n'
+    web_yml.write_text("http_server_config: {headers: {X-Frame-Options: deny}}\n" + users)
+    good = basic("prometheus", "s3cret")
+    with serve([f"--web.config.file={web_yml}", *FIXTURE_ARGS], tmp_path) as s:
+        assert http_get(s.url + "/metrics")[0] == 401
+        cases = ["", "http_server_config: {headers: {X-Frame-Options: deny}}\n",
+                 users[:40]]
+        for i, text in enumerate(cases, 1):
+            web_yml.write_text(text)
+            s.proc.send_signal(signal.SIGHUP)
+            log = wait_log(s, "web config not reloaded", i)
+            assert log.count("web config not reloaded") == i, log
+            assert http_get(s.url + "/metrics")[0] == 401, f"auth off after {text!r}"
+            assert http_get(s.url + "/metrics", good)[0] == 200
+        lines = [ln for ln in log.splitlines() if "web config not reloaded" in ln]
+        assert all("warning" in ln.lower() for ln in lines), lines
+        assert "web config reloaded from" not in log
