@@ -123,8 +123,8 @@ def reload_refusal(old: WebConfig, new: WebConfig) -> str | None:
         return ("it has no basic_auth_users (truncated mid-write?); turning "
                 "authentication off takes a restart")
     if old.tls is not None and new.tls is not None and (
-            old.tls.allowed_sans is not None and new.tls.allowed_sans is None
-            or old.tls.verify_mode != ssl.CERT_NONE and new.tls.verify_mode == ssl.CERT_NONE):
+            (old.tls.allowed_sans is not None and new.tls.allowed_sans is None)
+            or (old.tls.verify_mode != ssl.CERT_NONE and new.tls.verify_mode == ssl.CERT_NONE)):
         return "client certificate checks cannot be turned off without a restart"
     return None
 
