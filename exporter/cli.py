@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from exporter import __version__, factory
+from exporter import __version__, factory, launch
 from exporter.config import Config, ConfigError, add_flags, build_config
 from exporter.connections import ConnectionGuard
 from exporter.logs import setup_logging
@@ -80,6 +80,7 @@ async def serve(config: Config, security: Security | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    launch.hold_sighup()  # before reading any config (R10); the console script did already
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     env = os.environ if env is None else env
@@ -114,11 +115,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
               file=sys.stderr)
         return USAGE_ERROR
     setup_logging(config.log.level, config.log.format)
+    if launch.early_sighups:
+        log.info("SIGHUP before serving (%d): the web config is read at start",
+                 launch.early_sighups)
     try:
         asyncio.run(serve(config, security))
     except OSError as exc:  # the port is taken, most often
         log.error("cannot serve: %s", exc)
         return 1
+    finally:
+        launch.hold_sighup()  # the closed loop left SIGHUP to the kernel's default
     return 0
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +27,16 @@ from exporter.oom.documents import DocumentStore
 from exporter.server import Security, make_app
 from exporter.webconfig import BasicAuth, WebConfig
 from tests.conftest import fixture_pipeline, host_config
-from tests.hostile import FIXTURE_ARGS, Served, basic, bcrypt_hash, http_get, serve
+from tests.hostile import (
+    FIXTURE_ARGS,
+    Served,
+    basic,
+    bcrypt_hash,
+    free_port,
+    http_get,
+    serve,
+    wait_port,
+)
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
@@ -181,3 +193,34 @@ def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
         lines = [ln for ln in log.splitlines() if "web config not reloaded" in ln]
         assert all("warning" in ln.lower() for ln in lines), lines
         assert "web config reloaded from" not in log
+
+
+def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) -> None:
+    """R10: a SIGHUP before the handler was installed killed the exporter with an empty
+    log. The web config here is a FIFO: the exporter is held reading it, at start, when
+    the SIGHUP comes; then it gets its config and serves."""
+    fifo = tmp_path / "web.yml"
+    os.mkfifo(fifo)
+    port = free_port()
+    log_path = tmp_path / "exporter.log"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", "serve",
+             f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={fifo}",
+             *FIXTURE_ARGS], stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    try:
+        with fifo.open("w") as writer:  # returns once the exporter opened it to read
+            for _ in range(3):
+                proc.send_signal(signal.SIGHUP)
+            time.sleep(0.2)  # let a fatal SIGHUP act before the config arrives
+            writer.write("http_server_config: {headers: {X-Frame-Options: deny}}\n")
+        wait_port(port, proc=proc)
+        assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        assert "SIGHUP before serving" in log_path.read_text()  # (signals coalesce)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        else:
+            raise AssertionError(f"exited {proc.returncode}: {log_path.read_text()!r}")
