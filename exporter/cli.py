@@ -58,7 +58,7 @@ async def serve(config: Config, security: Security | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     security = security or Security.load(config.web.config_file)
-    loop.add_signal_handler(signal.SIGHUP, security.reload)
+    loop.add_signal_handler(signal.SIGHUP, security.request_reload)
     exporter = factory.build(config)
     # Started before the site accepts scrapes: the sampler runs from the start, once.
     exporter.start()

@@ -57,6 +57,8 @@ class Security:
     def __init__(self, path: Path | None, config: WebConfig | None = None) -> None:
         self.path = path
         self.config = config or WebConfig()
+        self._reloading: asyncio.Future[None] | None = None
+        self._again = False
         self._apply(self.config)
         # The listener's context, fixed at start; handshakes switch to the newest one.
         self.listener_ssl: ssl.SSLContext | None = self.ssl
@@ -80,7 +82,21 @@ class Security:
         if self.ssl is not None and sslobj.context is not self.ssl:
             sslobj.context = self.ssl
 
-    def reload(self) -> bool:
+    def request_reload(self) -> None:
+        """The SIGHUP handler, on the event loop: the file is read and parsed in a thread
+        (red-team R11), one reload at a time; a SIGHUP during one asks for another."""
+        if self._reloading is not None and not self._reloading.done():
+            self._again = True
+            return
+        self._reloading = asyncio.ensure_future(self._reload_until_settled())
+
+    async def _reload_until_settled(self) -> None:
+        self._again = True
+        while self._again:
+            self._again = False
+            await self.reload()
+
+    async def reload(self) -> bool:
         """Re-read the file; False (and the old config kept, said at warning level) when
         it is bad, empty, or would turn authentication or TLS off: a file caught
         mid-write must never open the exporter (red-team R8: an empty file turned basic
@@ -89,7 +105,7 @@ class Security:
             log.info("SIGHUP: no --web.config.file to reload")
             return True
         try:
-            cfg = load_web_config(self.path, allow_empty=False)
+            cfg = await asyncio.to_thread(load_web_config, self.path, False)
         except WebConfigError as exc:
             log.warning("web config not reloaded, keeping the old one: %s", exc)
             return False

@@ -92,6 +92,10 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 
+# A web config is a few kB (inline PEM included); the cap bounds what one read and parse
+# costs (red-team R11: a 30 MB file held the event loop for about 60 s).
+MAX_WEB_CONFIG_BYTES = 1 << 20
+
 _BCRYPT_RE = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
 _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
 _TLS_KEYS = {"cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type",
@@ -357,9 +361,14 @@ def load_web_config(path: Path, allow_empty: bool = True) -> WebConfig:
     """``allow_empty=False`` (a reload): an empty file is an error, not "no settings"
     (a file caught mid-write reads empty)."""
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = f.read(MAX_WEB_CONFIG_BYTES + 1)
+        text = data.decode()
     except (OSError, UnicodeDecodeError) as exc:
         raise WebConfigError([f"cannot read {path}: {getattr(exc, 'strerror', exc)}"]) from exc
+    if len(data) > MAX_WEB_CONFIG_BYTES:
+        raise WebConfigError([f"{path}: larger than {MAX_WEB_CONFIG_BYTES >> 20} MiB "
+                              "(a web config is a few kB; certificates go in files)"])
     if not allow_empty and not text.strip():
         raise WebConfigError([f"{path}: the file is empty (truncated mid-write?)"])
     try:

@@ -25,7 +25,12 @@ from exporter.docdir import DocumentDir
 from exporter.factory import Exporter
 from exporter.oom.documents import DocumentStore
 from exporter.server import Security, make_app
-from exporter.webconfig import BasicAuth, WebConfig
+from exporter.webconfig import (
+    BasicAuth,
+    WebConfig,
+    WebConfigError,
+    load_web_config,
+)
 from tests.conftest import fixture_pipeline, host_config
 from tests.hostile import (
     FIXTURE_ARGS,
@@ -38,6 +43,7 @@ from tests.hostile import (
     wait_port,
 )
 
+MiB = 1 << 20
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
 
@@ -224,3 +230,38 @@ def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) ->
             assert proc.wait(timeout=30) == 0
         else:
             raise AssertionError(f"exited {proc.returncode}: {log_path.read_text()!r}")
+
+
+def test_r11_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
+    """R11: any size was read and parsed (a 30 MB file held the event loop ~60 s)."""
+    big = tmp_path / "web.yml"
+    big.write_text("# padding\n" * (MiB // 10 + 1)
+                   + "http_server_config: {headers: {X-Frame-Options: deny}}\n")
+    with pytest.raises(WebConfigError, match="larger than 1 MiB"):
+        load_web_config(big)
+    ok = tmp_path / "ok.yml"
+    ok.write_text("# padding\n" * (MiB // 20))
+    assert load_web_config(ok).users == {}
+
+
+def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
+        tmp_path: Path) -> None:
+    """R11: the reload read and parsed the file on the event loop. Here the file is
+    swapped for a FIFO nobody writes yet: the reload waits in its thread while /healthz
+    and /metrics answer; once the FIFO delivers a config, it applies."""
+    web_yml = tmp_path / "web.yml"
+    users = f'basic_auth_users: {{prometheus: "{bcrypt_hash("s3cret", cost=4)}"}}\n'
+    web_yml.write_text(users)
+    good = basic("prometheus", "s3cret")
+    with serve([f"--web.config.file={web_yml}", *FIXTURE_ARGS], tmp_path) as s:
+        fifo = tmp_path / "web.fifo"
+        os.mkfifo(fifo)
+        fifo.replace(web_yml)
+        s.proc.send_signal(signal.SIGHUP)
+        with web_yml.open("w") as writer:  # the reload opened it: it waits for data now
+            assert http_get(s.url + "/healthz", timeout=10)[0] == 200
+            assert http_get(s.url + "/metrics", good, timeout=10)[0] == 200
+            writer.write(users.replace("prometheus", "scraper"))
+        log = wait_log(s, "web config reloaded from", 1)
+        assert "web config reloaded from" in log, log
+        assert http_get(s.url + "/metrics", basic("scraper", "s3cret"))[0] == 200
