@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -272,3 +273,32 @@ def wait_for(read: Callable[[], T], ok: Callable[[T], bool], timeout: float = 20
             assert ok(value), value
             return value
         time.sleep(0.3)
+
+
+def test_r14_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
+        tmp_path: Path) -> None:
+    """R14: the walk did ``lstat`` then ``scandir`` by path, so a pod could swap a
+    directory for a symbolic link in between and the walk listed what the link named
+    (the exporter's own root, with an absolute link). Here the swap happens right after
+    the mount's top directory is listed, before the descent."""
+    mount, outside = tmp_path / "shm", tmp_path / "outside"
+    (mount / "d").mkdir(parents=True)
+    (mount / "d" / "inside").write_bytes(b"x")
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"y")
+    listed: list[object] = []
+
+    @contextmanager
+    def swapping_scandir(where: int | str) -> Iterator[Iterator[os.DirEntry[str]]]:
+        with os.scandir(where) as it:
+            entries = list(it)
+        first = not listed
+        listed.append(where)
+        yield iter(entries)
+        if first:  # the pod's move, between the listing and the descent
+            (mount / "d").rename(mount / "d.old")
+            (mount / "d").symlink_to(outside)
+
+    found = walk(str(mount), scandir=swapping_scandir)
+    assert "d/secret" not in {f.path for f in found.files}
+    assert len(listed) == 1  # the link was not descended into

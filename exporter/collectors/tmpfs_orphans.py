@@ -80,40 +80,79 @@ class Listing:
     complete: bool  # False when a bound cut the walk short
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+Scandir = Callable[[int], AbstractContextManager[Iterator[os.DirEntry[str]]]]
+
+
 def walk(root: str, max_files: int = 4096, max_depth: int = 8,
-         lstat: Callable[[str], os.stat_result] = os.lstat,
-         scandir: Callable[[str], AbstractContextManager[Iterator[os.DirEntry[str]]]]
-         = os.scandir) -> Listing:
+         scandir: Scandir = os.scandir) -> Listing:
     """Regular files under ``root`` (a tmpfs mount seen through /proc/<pid>/root),
-    without following symbolic links, within the bounds."""
+    within the bounds, through directory descriptors: each directory is opened relative
+    to its parent's descriptor with ``O_NOFOLLOW|O_DIRECTORY`` and listed by descriptor,
+    and must lie on the mount's device. A pod that swaps a directory for a symbolic link
+    between the listing and the descent gets ELOOP/ENOTDIR, never a walk of the path the
+    link names (red-team R14: ``lstat`` then ``scandir`` by path listed the exporter's
+    own root). Open descriptors: at most ``max_depth``."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return Listing((), True)  # removed meanwhile, or unreadable: nothing to count
     files: list[TmpfsFile] = []
-    seen = 0
-    complete = True
-    stack: list[tuple[str, int]] = [("", 0)]
-    while stack:
-        rel, depth = stack.pop()
-        try:
-            entries = scandir(os.path.join(root, rel) if rel else root)
-        except OSError:
-            continue  # removed meanwhile, or unreadable: nothing to count there
-        with entries as it:
+    state = _WalkState(max_files)
+    try:
+        dev = os.fstat(fd).st_dev
+        _walk_dir(fd, "", 1, dev, max_depth, scandir, files, state)
+    finally:
+        os.close(fd)
+    return Listing(tuple(files), state.complete)
+
+
+@dataclass
+class _WalkState:
+    left: int  # entries still allowed
+    complete: bool = True
+
+
+def _walk_dir(fd: int, rel: str, depth: int, dev: int, max_depth: int, scandir: Scandir,
+              files: list[TmpfsFile], state: _WalkState) -> None:
+    subdirs: list[str] = []
+    try:
+        with scandir(fd) as it:
             for entry in it:
-                seen += 1
-                if seen > max_files:
-                    return Listing(tuple(files), False)
-                name = os.path.join(rel, entry.name) if rel else entry.name
+                state.left -= 1
+                if state.left < 0:
+                    state.complete = False
+                    return
                 try:
-                    st = lstat(os.path.join(root, name))
+                    st = entry.stat(follow_symlinks=False)  # fstatat(fd, name, NOFOLLOW)
                 except OSError:
                     continue
+                if st.st_dev != dev:
+                    continue  # another filesystem mounted inside: not this tmpfs
                 if stat.S_ISDIR(st.st_mode):
-                    if depth + 1 < max_depth:
-                        stack.append((name, depth + 1))
+                    if depth < max_depth:
+                        subdirs.append(entry.name)
                     else:
-                        complete = False
+                        state.complete = False
                 elif stat.S_ISREG(st.st_mode):
+                    name = f"{rel}/{entry.name}" if rel else entry.name
                     files.append(TmpfsFile(name, (st.st_dev, st.st_ino), st.st_blocks * 512))
-    return Listing(tuple(files), complete)
+    except OSError:
+        return  # removed meanwhile, or unreadable: nothing to count there
+    for name in subdirs:
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            continue  # gone, or no longer a directory (a symlink put there): skipped
+        try:
+            if os.fstat(child).st_dev == dev:
+                _walk_dir(child, f"{rel}/{name}" if rel else name, depth + 1, dev,
+                          max_depth, scandir, files, state)
+        finally:
+            os.close(child)
+        if state.left < 0:
+            return
 
 
 @dataclass(frozen=True)
