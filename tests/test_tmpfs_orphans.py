@@ -17,15 +17,20 @@ from typing import TypeVar
 
 import pytest
 
+from exporter.collectors.procfs import ProcfsData
+from exporter.collectors.tmpfs import TmpfsData
 from exporter.collectors.tmpfs_orphans import (
     Listing,
     ProcReader,
     TmpfsFile,
+    TmpfsOrphansSettings,
+    TmpfsOrphansSource,
     maps_tmpfs_ids,
     orphans,
     scan_pod,
     walk,
 )
+from exporter.model import CgroupRef, ProcessStatus, TmpfsMount
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procnet"
 T = TypeVar("T")
@@ -302,3 +307,72 @@ def test_r14_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
     found = walk(str(mount), scandir=swapping_scandir)
     assert "d/secret" not in {f.path for f in found.files}
     assert len(listed) == 1  # the link was not descended into
+
+
+# --- the budget (R9) ---------------------------------------------------------------------
+
+POD, CTR = "kubepods/podX", "kubepods/podX/c1"
+
+
+class CountingReader:
+    """/proc of a pod with ``procs`` processes of ``fds`` descriptors each, none holding
+    the pod's files (so a scan must look at all of them): counts the stats."""
+
+    def __init__(self, procs: int, fds: int) -> None:
+        self.fd_names = [str(i) for i in range(fds)]
+        self.stats = 0
+        self.pids = list(range(1000, 1000 + procs))
+
+    def listdir(self, path: str) -> list[str]:
+        return self.fd_names
+
+    def stat(self, path: str) -> os.stat_result:
+        self.stats += 1
+        return os.stat_result((0o100600, 1, 99, 1, 0, 0, 0, 0, 0, 0))
+
+    def reader(self, procfs: str) -> ProcReader:
+        return ProcReader(procfs=procfs, listdir=self.listdir, stat=self.stat,
+                          read_bytes=lambda p: b"")
+
+
+def _orphan_source(tmp_path: Path, reader: ProcReader) -> TmpfsOrphansSource:
+    from exporter.paths import HostPaths
+
+    src = TmpfsOrphansSource(TmpfsOrphansSettings(), HostPaths(procfs=tmp_path / "proc",
+                                                              cgroupfs=tmp_path / "cg"))
+    src._reader = reader  # the fixture's /proc for descriptors and maps
+    return src
+
+
+def test_r9_a_huge_pod_whose_usage_moves_is_scanned_within_the_budget(
+        tmp_path: Path) -> None:
+    """R9: a pod with 1,000 processes x 300 descriptors whose tmpfs "used" moves every
+    second was rescanned in full on every scrape (3-5 s; 3/12 scrapes timed out), and the
+    budget did not bound the first pod. Now each scrape spends at most the budget (plus
+    one process's descriptors), the scan goes on where it stopped, the pod keeps its last
+    figure marked stale meanwhile, and a finished scan gives the orphaned bytes."""
+    counting = CountingReader(procs=1000, fds=300)
+    shm = tmp_path / "proc" / str(counting.pids[0]) / "root" / "dev" / "shm"
+    shm.mkdir(parents=True)
+    for i in range(5):
+        (shm / f"psm_{i}").write_bytes(b"x" * 8192)
+    src = _orphan_source(tmp_path, counting.reader(str(tmp_path / "proc")))
+    refs = [CgroupRef(POD, pod_uid="X"), CgroupRef(CTR, pod_uid="X", container_id="c1")]
+    pf = ProcfsData(groups={}, processes={
+        CTR: tuple(ProcessStatus(p, "python", 0, 0, 0, 0) for p in counting.pids)})
+    budget = TmpfsOrphansSettings().budget
+    figures, stale_scrapes = [], 0
+    for second in range(25):  # one scrape a second, the usage moving every time
+        tf = TmpfsData({POD: (TmpfsMount("/dev/shm", 40960 + second, 1 << 26),)})
+        before = counting.stats
+        r = src.read(refs, pf, tf)
+        assert counting.stats - before <= budget + 300, "one scrape passed the budget"
+        assert r.data is not None
+        stale_scrapes += POD in r.data.stale
+        if POD in r.data.orphans and POD not in r.data.stale:
+            figures.append(r.data.orphans[POD]["/dev/shm"])
+        elif POD in r.data.orphans:
+            figures.append(-1)
+    assert stale_scrapes > 0 and figures, (stale_scrapes, figures)
+    done = [f for f in figures if f != -1]
+    assert done and all(f == len(list(shm.iterdir())) * 8192 for f in done)
