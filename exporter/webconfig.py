@@ -95,6 +95,15 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
 # A web config is a few kB (inline PEM included); the cap bounds what one read and parse
 # costs (red-team R11: a 30 MB file held the event loop for about 60 s).
 MAX_WEB_CONFIG_BYTES = 1 << 20
+# PyYAML (pure Python: the C loader crashes on deep nesting) costs up to ~50 us per node,
+# so 1 MiB of "[1,1,1,...]" was ~28 s of CPU. Nodes are bounded before parsing by the
+# marks that make them: a web config has a few hundred; 1 MiB of inline PEM has ~16,000
+# line breaks. With it, one file costs at most ~2 s of CPU (benchmarks/web_cost.py).
+MAX_WEB_CONFIG_MARKS = 20_000
+_STRUCTURE = (",", "[", "{", ":", "&", "*", "-", "\n")
+# PyYAML's scanner is quadratic in flow nesting (16 KiB of "[" cost minutes of CPU); a web
+# config has a handful of flow collections.
+MAX_WEB_CONFIG_BRACKETS = 256
 
 _BCRYPT_RE = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
 _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
@@ -328,10 +337,20 @@ def _headers(raw: dict[str, Any], problems: list[str]) -> dict[str, str]:
 def parse_web_config(text: str, base: Path) -> WebConfig:
     """The file's text -> a WebConfig; ``base`` resolves relative file names."""
     problems: list[str] = []
+    marks = sum(map(text.count, _STRUCTURE))
+    if marks > MAX_WEB_CONFIG_MARKS:
+        raise WebConfigError([f"{marks} YAML separators and line breaks (at most "
+                              f"{MAX_WEB_CONFIG_MARKS}): not a web config"])
+    brackets = text.count("[") + text.count("{")
+    if brackets > MAX_WEB_CONFIG_BRACKETS:
+        raise WebConfigError([f"{brackets} [ and {{ (at most {MAX_WEB_CONFIG_BRACKETS}): "
+                              "not a web config"])
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise WebConfigError([f"not valid YAML: {exc}".replace("\n", " ")]) from exc
+    except RecursionError:  # "[[[[..." : PyYAML's composer recurses per level
+        raise WebConfigError(["not valid YAML: nested too deeply"]) from None
     top = _mapping(doc, "web config", _TOP_KEYS, problems)
     tls = _tls(_mapping(top.get("tls_server_config"), "tls_server_config", _TLS_KEYS,
                         problems), base, problems)

@@ -65,7 +65,10 @@ def process_name(argv: Sequence[str], comm: str) -> str:
 def is_vllm_api_server(argv: Sequence[str]) -> bool:
     """``vllm serve ...`` (a script, via an interpreter or behind an init like tini), or
     ``python -m`` one of the API server modules. The one test, shared by process naming
-    and the vLLM collector's endpoint discovery."""
+    and the vLLM collector's endpoint discovery. Linear in argv (a 64 KiB command line
+    of "-m vllm.entrypoints.cli.main" pairs cost 90 ms when each looked ahead for
+    "serve")."""
+    last_serve = max((i for i, a in enumerate(argv) if a == "serve"), default=-1)
     for i, arg in enumerate(argv):
         base = arg.rsplit("/", 1)[-1]
         nxt = argv[i + 1] if i + 1 < len(argv) else ""
@@ -73,7 +76,7 @@ def is_vllm_api_server(argv: Sequence[str]) -> bool:
             return True
         if arg == "-m" and nxt in _API_SERVER_MODULES:
             return True
-        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and "serve" in argv[i + 2:]:
+        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and last_serve >= i + 2:
             return True
     return False
 

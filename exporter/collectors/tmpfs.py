@@ -13,6 +13,7 @@ fixed; they are left out.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 from exporter.collectors import procfs
 from exporter.labels import bounded
 from exporter.model import CgroupRef, TmpfsMount
-from exporter.paths import HostPaths, MemoryHierarchy, read_text
+from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
 from exporter.source import (
     Context,
     Key,
@@ -36,6 +37,11 @@ from exporter.source import (
 SHM = "/dev/shm"
 EMPTY_DIR_MARK = "kubernetes.io~empty-dir"
 MAX_MOUNTS = 32  # tmpfs mounts reported per pod: /dev/shm and emptyDirs, bounded
+# A pod's mount table is a few kB; one that made its own mount namespace can hold up to
+# fs.mount-max (100,000) mounts of PATH_MAX names: read at most this much, refuse more.
+# The host's holds every pod's mounts: a larger cap.
+MOUNTINFO_MAX_BYTES = 4 << 20
+HOST_MOUNTINFO_MAX_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,15 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
         out.append(MountEntry(dev=lf[2], root=_unescape(lf[3]),
                               mount_point=_unescape(lf[4]), fstype=rf[0]))
     return out
+
+
+def read_mountinfo(path: str | os.PathLike[str], limit: int = MOUNTINFO_MAX_BYTES) -> str:
+    """A mount table, up to ``limit`` bytes; OSError (EFBIG) beyond: a table cut short
+    would name the wrong mounts."""
+    data = read_bytes(path, limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"mount table larger than {limit >> 20} MiB", str(path))
+    return data.decode("utf-8", "replace")
 
 
 def empty_dir_devices(host_mounts: Sequence[MountEntry]) -> set[str]:
@@ -154,14 +169,15 @@ class TmpfsSource(SourceBase):
         cached = self._mount_cache.get(ns) if ns is not None else None
         if cached is not None:
             return cached
-        mounts = parse_mountinfo(read_text(proc / "mountinfo"))
+        mounts = parse_mountinfo(read_mountinfo(proc / "mountinfo"))
         if ns is not None:
             self._mount_cache[ns] = mounts
         return mounts
 
     def _host_empty_dirs(self) -> set[str]:
         try:
-            host = read_text(self._paths.proc_file(1, "mountinfo"))
+            host = read_mountinfo(self._paths.proc_file(1, "mountinfo"),
+                                  HOST_MOUNTINFO_MAX_BYTES)
             return empty_dir_devices(parse_mountinfo(host))
         except OSError:
             return set()  # no host mount table (no hostPID): /dev/shm only
