@@ -16,7 +16,7 @@ from types import FrameType
 early_sighups = 0  # SIGHUPs seen before serving (or after it stopped)
 
 
-def _count_sighup(signum: int, frame: FrameType | None) -> None:
+def _count_sighup(_signum: int, _frame: FrameType | None) -> None:
     global early_sighups
     early_sighups += 1
 
