@@ -265,3 +265,29 @@ def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
         log = wait_log(s, "web config reloaded from", 1)
         assert "web config reloaded from" in log, log
         assert http_get(s.url + "/metrics", basic("scraper", "s3cret"))[0] == 200
+
+
+def test_r6_index_cache_follows_the_directory(tmp_path: Path) -> None:
+    """The cache is keyed on each file's (inode, size, mtime): a new, rewritten or removed
+    document shows at the next request, and a request parses at most ``parses``."""
+    from exporter.oomindex import IndexCache
+
+    store = DocumentStore(tmp_path / "oom")
+    d = DocumentDir(tmp_path / "oom")
+    names = [d.write(f"20270115T0800{i:02d}Z-llm-p{i}-c-000.json",
+                     json.dumps({"time": 1.8e9 + i, "pod": f"pod-{i}",
+                                 "victim": {"process": "EngineCore"}}).encode())
+             for i in range(12)]
+    cache = IndexCache(max_rows=50, parses=5)
+    first = cache.page(store)
+    assert cache.parsed == 5 and first.count("EngineCore") == 5  # the rest by name
+    cache.page(store)
+    cache.page(store)
+    assert cache.parsed == 12 and cache.page(store).count("EngineCore") == 12
+    assert cache.parsed == 12  # unchanged directory: nothing parsed
+    path = tmp_path / "oom" / names[3]
+    path.write_text(json.dumps({"time": 1.8e9, "pod": "pod-3",
+                                "victim": {"process": "Rewritten"}}))
+    (tmp_path / "oom" / names[4]).unlink()
+    page = cache.page(store)
+    assert cache.parsed == 13 and "Rewritten" in page and "pod-4" not in page
