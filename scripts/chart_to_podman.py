@@ -58,6 +58,7 @@ class HostContext:
     node_name: str
     scratch_dir: Path  # emptyDir volumes become directories below it
     publish_ip: str | None = None  # publish the container's ports on this host address
+    host_ports: Mapping[int, int] = field(default_factory=dict)  # containerPort -> host port
     downward: Mapping[str, str] = field(default_factory=dict)  # fieldPath -> value
 
 
@@ -204,8 +205,9 @@ def pod_to_podman(pod: Mapping[str, Any], host: HostContext, name: str) -> list[
     if host.publish_ip is not None and not pod.get("hostNetwork"):
         for port in c.get("ports", []):
             proto = port.get("protocol", "TCP").lower()
-            hp = port.get("hostPort", port["containerPort"])
-            argv.append(f"--publish={host.publish_ip}:{hp}:{port['containerPort']}/{proto}")
+            cp = port["containerPort"]
+            hp = host.host_ports.get(cp, port.get("hostPort", cp))
+            argv.append(f"--publish={host.publish_ip}:{hp}:{cp}/{proto}")
     if c.get("command"):
         argv.append(f"--entrypoint={json.dumps(c['command'])}")
     argv.append(c["image"])
