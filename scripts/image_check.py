@@ -68,7 +68,7 @@ with open("/dev/shm/orphan", "wb") as f:
 print("ready", flush=True)
 sys.stdin.read()
 """
-VICTIM = "hr-oom-victim"  # the OOM-killed grower's comm
+VICTIM = "hr-oom-victim"  # the OOM-killed grower's comm (what the kernel log names)
 # The write attempt inside the container: mkdir in this script's own cgroup of every
 # cgroup mount below the cgroupfs mount point (argv: JSON list of paths).
 WRITE_PROBE = r"""
@@ -220,7 +220,7 @@ def cgroup_mounts_in_container(cgroupfs_mount: str) -> list[str]:
             rel = own[keys[0]] if keys else "/"
         inside = cgroupfs_mount + mount_point[len("/sys/fs/cgroup"):]
         out.append(f"{inside.rstrip('/')}{rel.rstrip('/')}/headroom-rw-probe-{os.getpid()}")
-    return out
+    return [*out, f"{cgroupfs_mount}/headroom-rw-probe-{os.getpid()}"]  # and the mount root
 
 
 # -- the pod -----------------------------------------------------------------------------
@@ -236,7 +236,9 @@ def mutate(pod: dict[str, Any], what: str) -> None:
     elif what.startswith("mount:"):
         name = what.split(":", 1)[1]
         before = len(c["volumeMounts"])
-        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != name]
+        # mount:cgroup also takes the per-controller mounts (cgroup-memory, ...)
+        c["volumeMounts"] = [m for m in c["volumeMounts"]
+                             if m["name"] != name and not m["name"].startswith(f"{name}-")]
         if len(c["volumeMounts"]) == before:
             raise SystemExit(f"no volume mount named {name!r} in the rendered pod")
     else:
@@ -250,12 +252,27 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
     return out.stdout
 
 
+def exporter_log(name: str) -> str:
+    out = subprocess.run(["podman", "logs", name], capture_output=True, text=True, timeout=60)
+    return " | ".join((out.stdout + out.stderr).strip().splitlines()[-4:])[-600:]
+
+
 def http(url: str, timeout: float = 10) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read().decode()
     except OSError as exc:
         return 0, str(exc)
+
+
+def running(name: str) -> bool:
+    return podman("inspect", "--format", "{{.State.Running}}", name, check=False).strip() == "true"
+
+
+def wait_healthy(name: str, base: str, timeout: float) -> bool:
+    """Until /healthz answers 200; False at once when the container has exited."""
+    return wait_for(lambda: http(f"{base}/healthz")[0] == 200 or not running(name), timeout,
+                    0.3) and http(f"{base}/healthz")[0] == 200
 
 
 def wait_for(what: Callable[[], bool], timeout: float, step: float = 1.0) -> bool:
@@ -371,15 +388,21 @@ def figure_checks(samples: Samples, pod: str, host: HostReading) -> list[Result]
 
 
 def write_probe_check(name: str, probe_paths: list[str]) -> Result:
+    """mkdir in each path inside the container: EROFS, or absent (ENOENT: the hierarchy is
+    not mounted there), never created. At least one must be a real refusal."""
     out = podman("exec", name, "python3", "-c", WRITE_PROBE, json.dumps(probe_paths), check=False)
-    lines = out.split("\n")
-    writable = [ln for ln in lines if ln.endswith("WRITABLE")]
-    refused = [ln for ln in lines if ln.endswith("EROFS")]
-    ok = not writable and len(refused) == len(probe_paths) > 0
-    detail = (f"mkdir refused (EROFS) in all {len(refused)} cgroup mounts" if ok else
-              f"{len(writable)} of {len(probe_paths)} writable: "
-              + "; ".join(ln.rsplit(' ', 1)[0] for ln in writable[:3])
-              if writable else f"unexpected: {out.strip()[:300] or 'no answer'}")
+    answers = dict(ln.rsplit(" ", 1) for ln in out.splitlines() if " " in ln)
+    writable = [p for p, a in answers.items() if a == "WRITABLE"]
+    refused = [p for p, a in answers.items() if a == "EROFS"]
+    odd = {p: a for p, a in answers.items() if a not in ("WRITABLE", "EROFS", "ENOENT")}
+    ok = not writable and not odd and bool(refused) and len(answers) == len(probe_paths)
+    if writable:
+        detail = f"{len(writable)} of {len(probe_paths)} writable: " + "; ".join(writable[:3])
+    elif ok:
+        detail = (f"mkdir refused (EROFS) in {len(refused)} cgroup mounts, "
+                  f"{len(answers) - len(refused)} not mounted")
+    else:
+        detail = f"unexpected answers: {odd or out.strip()[:300] or 'none'}"
     return Result("cgroupfs read-only", ok, detail)
 
 
@@ -391,10 +414,18 @@ def oom_checks(label: str, base: str, h: MemoryHierarchy, rel: str,
         stress = subprocess.Popen(["stress-ng", "--cpu", str(os.cpu_count() or 2),
                                    "--timeout", "120s", "--quiet"])
         time.sleep(2)
+    pod = "/" + rel.strip("/")
     grower = Grower(h, rel)
     try:
         grower.send(f"name {VICTIM}")
-        time.sleep(1.5)  # the exporter's sampler sees the process before it grows
+        # As in production, a scrape sees the process before it grows to the limit.
+        alive: list[str] = []
+
+        def listed() -> bool:
+            alive[:] = [lab["process"] for lab, _ in
+                        pick(parse(http(f"{base}/metrics")[1]), "headroom_processes", pod=pod)]
+            return bool(alive)
+        wait_for(listed, 30)
         grower.send("grow 4 20", wait=False)
         code = grower.wait(timeout=120)
     finally:
@@ -402,7 +433,6 @@ def oom_checks(label: str, base: str, h: MemoryHierarchy, rel: str,
         if stress is not None:
             stress.terminate()
             stress.wait(timeout=30)
-    pod = "/" + rel.strip("/")
     seen: list[tuple[dict[str, str], float]] = []
 
     def counted() -> bool:
@@ -416,8 +446,10 @@ def oom_checks(label: str, base: str, h: MemoryHierarchy, rel: str,
     return [
         Result(f"OOM kill counted ({label})", code == -signal.SIGKILL and kills == 1,
                f"grower exit {code}, headroom_oom_kills_total {kills:g}"),
-        Result(f"OOM victim named ({label})", victims.get(VICTIM, 0) == 1,
-               f"by process {victims or 'none'}, the victim is {VICTIM}"),
+        # The name the exporter gave the live process (its own naming, e.g. argv[0]).
+        Result(f"OOM victim named ({label})",
+               len(alive) == 1 and victims.get(alive[0], 0) == 1 and alive[0] != "unknown",
+               f"by process {victims or 'none'}; alive it was {alive or 'not listed'}"),
     ]
 
 
@@ -436,6 +468,9 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
                                for k in ("workload", "oom-idle", "oom-busy")]
         # An empty kubepods tree of our own: the host's (or another test's) stay out.
         values["extraArgs"].append(f"--cgroup.kubepods-path={cg['kubepods'].strip('/')}")
+        if h.version == 1 and not args.whole_cgroupfs:
+            # What a v1 node needs without recursive read-only (podman 4.3 has none).
+            values["hostPaths"] = {"cgroupV1Controllers": ["memory"]}
         values.update(json.loads(args.set_json))
         pod = c2p.render_daemonset(values)
         for what in args.mutate:
@@ -452,12 +487,12 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
         try:
             podman("run", *argv)
             started = time.monotonic()
-            healthy = wait_for(lambda: http(f"{base}/healthz")[0] == 200, 90, 0.2)
+            healthy = wait_healthy(name, base, 90)
             results.append(Result("/healthz", healthy,
                                   f"200 after {time.monotonic() - started:.1f} s" if healthy
-                                  else "no answer in 90 s"))
+                                  else "no answer (running: " f"{running(name)}); log: "
+                                  + exporter_log(name)))
             if not healthy:
-                results.append(Result("log", False, podman("logs", name, check=False)[-800:]))
                 return results
             pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).strip())
             results += security_checks(pid, want_caps)
@@ -512,11 +547,10 @@ def run_emulated(args: argparse.Namespace) -> list[Result]:
         try:
             podman("run", *c2p.pod_to_podman(pod, host, name))
             started = time.monotonic()
-            healthy = wait_for(lambda: http(f"{base}/healthz")[0] == 200, 240, 0.5)
+            healthy = wait_healthy(name, base, 240)
             results.append(Result("/healthz (emulated)", healthy,
                                   f"200 after {time.monotonic() - started:.1f} s" if healthy
-                                  else "no answer in 240 s: "
-                                  + podman("logs", name, check=False)[-400:]))
+                                  else "no answer; log: " + exporter_log(name)))
             if healthy:
                 status, text = http(f"{base}/metrics", timeout=60)
                 results += collector_checks(parse(text) if status == 200 else [])
@@ -531,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set-json", default="{}", help="more chart values (JSON)")
     ap.add_argument("--mutate", action="append", default=[],
                     help="hostPID, SYS_PTRACE or mount:NAME: remove it from the pod first")
+    ap.add_argument("--whole-cgroupfs", action="store_true",
+                    help="v1: mount the whole cgroup filesystem (the chart's default) instead "
+                         "of hostPaths.cgroupV1Controllers=[memory]")
     ap.add_argument("--emulated", action="store_true", help="foreign arch: smallest check")
     ap.add_argument("--keep", action="store_true", help="leave the container running")
     args = ap.parse_args(argv)
@@ -542,8 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(r.line(), flush=True)
     failed = sum(not r.ok for r in results)
+    changes = [*args.mutate, *(["whole cgroupfs"] if args.whole_cgroupfs else [])]
     print(f"{len(results) - failed} of {len(results)} checks ok"
-          + (f" (mutated: {', '.join(args.mutate)})" if args.mutate else ""))
+          + (f" (mutated: {', '.join(changes)})" if changes else ""))
     return min(failed, 100)
 
 
