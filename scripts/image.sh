@@ -147,7 +147,10 @@ build() {
     conf=$CACHE/pip-build.conf
     printf '[global]\nno-index = true\nfind-links = /wheelhouse\n' > "$conf"
     log "building $IMAGE_REF"
-    podman build --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
+    # --no-cache: buildah 1.28 reuses the final stage's `RUN --mount=...,from=builder` layer
+    # when only the builder stage changed (seen here: a stale exporter in a "new" image).
+    # Nothing slow is lost: the base is an image and the wheels come from the wheelhouse.
+    podman build --no-cache --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
         -v "$wheels:/wheelhouse:ro" -v "$conf:/etc/pip.conf:ro" \
         -t "$IMAGE_REF" . >&2 || die "build of $IMAGE_REF failed"
     echo "$IMAGE_REF"

@@ -363,6 +363,17 @@ def collector_checks(samples: Samples) -> list[Result]:
                    f"failing {failed}" if failed else f"all succeed: {', '.join(names)}")]
 
 
+def degraded_check(samples: Samples, want_caps: Sequence[str]) -> Result:
+    """A capability the pod lacks must show as headroom_collector_degraded, never silently."""
+    got = sorted((lab["collector"], lab["reason"])
+                 for lab, v in pick(samples, "headroom_collector_degraded") if v == 1)
+    want = [] if "SYS_PTRACE" in want_caps else [
+        ("procfs", "missing_cap_sys_ptrace"), ("tmpfs", "missing_cap_sys_ptrace")]
+    ok = all(w in got for w in want) and (bool(want) or not got)
+    return Result("degraded signals", ok, f"exported {got or 'none'}, expected "
+                                          f"{want or 'none'}")
+
+
 def figure_checks(samples: Samples, pod: str, host: HostReading) -> list[Result]:
     w = {"pod": pod, "container": ""}
     page = 64 * 1024  # usage moves by a few pages between two reads; the rest is static
@@ -505,10 +516,12 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
                 samples = parse(text) if status == 200 else []
                 return all(total(samples, m, pod="/" + cg["workload"].strip("/")) is not None
                            for m in ("headroom_process_memory_pss_bytes",
-                                     "headroom_tmpfs_orphaned_bytes"))
+                                     "headroom_tmpfs_orphaned_bytes")) or bool(
+                    pick(samples, "headroom_collector_degraded"))  # they will not come
             wait_for(complete, 90)
             reading = read_host(h, cg["workload"])
             results += collector_checks(samples)
+            results.append(degraded_check(samples, want_caps))
             results += figure_checks(samples, "/" + cg["workload"].strip("/"), reading)
             results.append(write_probe_check(name, cgroup_mounts_in_container(cgroupfs)))
             results += oom_checks("idle", base, h, cg["oom-idle"], busy=False)

@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from exporter.collectors import procfs, tmpfs
+from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
 from exporter.model import CgroupRef
 from exporter.paths import HostPaths
 from exporter.settings import Settings, parse_duration, positive, setting
@@ -297,6 +298,7 @@ class TmpfsOrphansSource(SourceBase):
                 result = scan_pod(targets, pod.pids, self._reader, walk)
             except PermissionError as exc:
                 errors.append(f"{pod.owner}: {exc}")
+                DEGRADED.report(KEY.name, CAP_SYS_PTRACE, f"no orphaned tmpfs files: {exc}")
                 continue
             self._scans[pod.owner] = _Scan(now, pod.used, pod.pid_set, tuple(result))
             out[pod.owner] = {o.mount: o.bytes for o in result}
