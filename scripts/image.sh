@@ -87,30 +87,51 @@ EOF
 debarch_to_qemu() { case $1 in amd64) echo x86_64 ;; arm64) echo aarch64 ;; esac; }
 
 # The stand-in for python:3.13-slim-trixie: Debian trixie minbase + Debian's python3 and pip.
-# Like the official image: `python` on PATH, no docs, no man pages; unlike Debian's own
-# python, no PEP 668 marker (pip installs into the system, as in the official image).
+# Like the official image: `python` on PATH, no docs, man pages or translations (the dpkg
+# excludes of Debian's slim images, so apt-get in a derived image stays slim); unlike
+# Debian's own python, no PEP 668 marker (pip installs into the system, as officially).
+# The debootstrapped tree is cached as made; slimming is cheap and done at each import.
 make_base() {
     if podman image exists "$BASE_REF"; then return; fi
-    local tar=$CACHE/base-$SUITE-$ARCH.tar
+    local tar=$CACHE/base-$SUITE-$ARCH.tar root
     if [[ ! -s $tar ]]; then
-        local mirror root
+        local mirror
         mirror=$(apt-get indextargets --format '$(SITE)' 2>/dev/null | grep -m1 '/debian$' \
             || echo http://deb.debian.org/debian)
         root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
-        log "debootstrap $SUITE/$ARCH from $mirror (a few minutes)"
+        log "debootstrap $SUITE/$ARCH from $mirror (minutes; emulated for a foreign arch)"
         debootstrap --arch="$ARCH" --variant=minbase \
             --include=python3,python3-pip,ca-certificates,netbase,tzdata \
             "$SUITE" "$root" "$mirror" >"$CACHE/debootstrap-$ARCH.log" 2>&1 \
             || { tail -20 "$CACHE/debootstrap-$ARCH.log" >&2; rm -rf "$root"; die "debootstrap failed"; }
-        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
-            "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
-            "$root"/var/log/* "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
-        ln -sf /usr/bin/python3 "$root/usr/local/bin/python"
+        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*
         tar -C "$root" --numeric-owner -cf "$tar.part" .
         mv "$tar.part" "$tar"
         rm -rf "$root"
     fi
-    podman import --arch "$ARCH" --change 'CMD ["python3"]' "$tar" "$BASE_REF" >/dev/null
+    root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+    tar -C "$root" -xf "$tar"
+    slim_rootfs "$root"
+    tar -C "$root" --numeric-owner -c . \
+        | podman import --arch "$ARCH" --change 'CMD ["python3"]' - "$BASE_REF" >/dev/null
+    rm -rf "$root"
+}
+
+# Only ever called with a fresh mktemp directory under $CACHE.
+slim_rootfs() {
+    local root=${1:?}
+    [[ $root == "$CACHE"/rootfs.* && -d $root/usr ]] || die "slim_rootfs: refusing $root"
+    mkdir -p "$root/etc/dpkg/dpkg.cfg.d"
+    printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' \
+        'path-exclude /usr/share/man/*' 'path-exclude /usr/share/info/*' \
+        'path-exclude /usr/share/locale/*' 'path-include /usr/share/locale/locale.alias' \
+        'path-exclude /usr/share/lintian/*' > "$root/etc/dpkg/dpkg.cfg.d/slim"
+    find "$root/usr/share/doc" -mindepth 1 -not -type d -not -name copyright -delete
+    find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 -not -name locale.alias \
+        -exec rm -rf {} +
+    rm -rf "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/lintian/* \
+        "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
+    ln -sf /usr/bin/python3 "$root/usr/local/bin/python"
 }
 
 # Every wheel the Dockerfile's `pip wheel .` needs for $ARCH, fetched on the host.

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -252,9 +253,11 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
     return out.stdout
 
 
-def exporter_log(name: str) -> str:
+def exporter_log(name: str, lines: int = 4) -> str:
+    """The container's log: its last ``lines`` joined on one line, or all of it (0)."""
     out = subprocess.run(["podman", "logs", name], capture_output=True, text=True, timeout=60)
-    return " | ".join((out.stdout + out.stderr).strip().splitlines()[-4:])[-600:]
+    text = (out.stdout + out.stderr).strip()
+    return text if lines == 0 else " | ".join(text.splitlines()[-lines:])[-600:]
 
 
 def http(url: str, timeout: float = 10) -> tuple[int, str]:
@@ -355,10 +358,19 @@ def security_checks(container_pid: int, want_caps: Sequence[str]) -> list[Result
     ]
 
 
-def collector_checks(samples: Samples) -> list[Result]:
+def collector_checks(samples: Samples, log: str = "", own_root: str | None = None
+                     ) -> list[Result]:
+    """Every collector succeeds. One exception, said in the line: on a shared machine a
+    hostPID exporter also finds vLLM servers of the host outside the test's cgroups, which
+    a pod's network namespace cannot reach (the vllm collector fails on those only)."""
     rows = pick(samples, "headroom_collector_success")
     failed = sorted(lab["collector"] for lab, v in rows if v != 1)
     names = sorted(lab["collector"] for lab, _ in rows)
+    foreign = [m.group(1) for m in re.finditer(r"collector vllm failed: .*? first: (\S+?):", log)]
+    if (own_root is not None and failed == ["vllm"] and foreign
+            and not any(own_root.strip("/") in path for path in foreign)):
+        return [Result("collectors", True, f"all succeed but vllm, failing only on the host's "
+                                           f"own vLLM outside the test ({foreign[-1]})")]
     return [Result("collectors", bool(rows) and not failed,
                    f"failing {failed}" if failed else f"all succeed: {', '.join(names)}")]
 
@@ -520,7 +532,8 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
                     pick(samples, "headroom_collector_degraded"))  # they will not come
             wait_for(complete, 90)
             reading = read_host(h, cg["workload"])
-            results += collector_checks(samples)
+            results += collector_checks(samples, exporter_log(name, lines=0),
+                                        cg["workload"].rsplit("/", 1)[0])
             results.append(degraded_check(samples, want_caps))
             results += figure_checks(samples, "/" + cg["workload"].strip("/"), reading)
             results.append(write_probe_check(name, cgroup_mounts_in_container(cgroupfs)))
