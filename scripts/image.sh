@@ -3,6 +3,7 @@
 #
 #   bash scripts/image.sh build [--arch amd64|arm64]   # prints the image reference it built
 #   bash scripts/image.sh check [--arch amd64|arm64]   # one line per container check
+#        [--mutate hostPID|SYS_PTRACE|mount:NAME] [--whole-cgroupfs]   # must then fail
 #
 # No registry is needed: the Dockerfile's base (python:3.13-slim-trixie) is made locally
 # with debootstrap from the Debian archive (Debian's own python3.13), for the host's
@@ -27,14 +28,17 @@ VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", 
 die() { echo "image.sh: $*" >&2; exit 1; }
 log() { echo "image.sh: $*" >&2; }
 
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}; [[ -n $cmd ]] || usage; shift
 ARCH=$HOST_ARCH
+CHECK_ARGS=()  # check: passed on to scripts/image_check.py (--mutate X, --whole-cgroupfs)
 while [[ $# -gt 0 ]]; do
     case $1 in
         --arch) ARCH=${2:?--arch needs amd64 or arm64}; shift 2 ;;
         --arch=*) ARCH=${1#--arch=}; shift ;;
+        --mutate) CHECK_ARGS+=("$1" "${2:?--mutate needs what to remove}"); shift 2 ;;
+        --whole-cgroupfs|--keep) CHECK_ARGS+=("$1"); shift ;;
         *) usage ;;
     esac
 done
@@ -155,6 +159,12 @@ print(*p["build-system"]["requires"], *p["project"]["dependencies"], sep="\n")')
             --python-version "$PYVER" --implementation cp "${plats[@]}" "${reqs[@]}" >&2 \
             || die "a runtime dependency has no wheel for $ARCH / CPython $PYVER (see above)"
         touch "$dir/.complete"
+        # Older wheelhouses of this arch (other keys) are stale.
+        find "$CACHE/wheels/$ARCH" -mindepth 1 -maxdepth 1 -not -name "$key" -exec rm -rf {} +
+        local binary pure
+        binary=$(cd "$dir" && ls -- *.whl | grep -v -- '-none-any\.whl$' | sed 's/-.*//' | paste -sd' ' || true)
+        pure=$(cd "$dir" && ls -- *-none-any.whl | sed 's/-.*//' | paste -sd' ' || true)
+        log "wheels for $ARCH: built for $machine: $binary; pure Python: $pure"
     fi
     echo "$dir"
 }
@@ -181,9 +191,9 @@ check() {
     ensure_tools
     podman image exists "$IMAGE_REF" || die "no image $IMAGE_REF: run 'bash scripts/image.sh build --arch $ARCH' first"
     if [[ $ARCH == "$HOST_ARCH" ]]; then
-        python3 scripts/image_check.py --image "$IMAGE_REF"
+        PYTHONPATH=$PWD python3 scripts/image_check.py --image "$IMAGE_REF" "${CHECK_ARGS[@]}"
     else
-        python3 scripts/image_check.py --image "$IMAGE_REF" --emulated
+        PYTHONPATH=$PWD python3 scripts/image_check.py --image "$IMAGE_REF" --emulated
     fi
 }
 
