@@ -164,3 +164,21 @@ def test_the_charts_own_daemonset_translates(tmp_path: Path) -> None:
     assert "--pid=host" in argv and "--cap-add=SYS_PTRACE" in argv
     assert "--volume=/sys/fs/cgroup:/host/sys/fs/cgroup:ro" in argv
     assert argv[argv.index(image) + 1] == "serve"
+
+
+@pytest.mark.chart
+@needs_helm
+def test_v1_controllers_each_on_a_read_only_mount_of_their_own(tmp_path: Path) -> None:
+    """hostPaths.cgroupV1Controllers: no whole-cgroupfs mount (its v1 sub-mounts would stay
+    writable without recursiveReadOnly); each controller read-only, and podman follows."""
+    values = {**c2p.image_values("localhost/headroom:0.1.0-amd64"),
+              "flightRecorder": {"hostPath": {"path": str(tmp_path / "fr")}},
+              "hostPaths": {"cgroupfs": str(tmp_path), "cgroupV1Controllers": ["memory"]}}
+    (tmp_path / "memory").mkdir()
+    pod = c2p.render_daemonset(values)
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert "cgroup" not in mounts
+    assert mounts["cgroup-memory"] == {"name": "cgroup-memory", "readOnly": True,
+                                       "mountPath": "/host/sys/fs/cgroup/memory"}
+    argv = translate(pod, tmp_path)
+    assert f"--volume={tmp_path}/memory:/host/sys/fs/cgroup/memory:ro" in argv
