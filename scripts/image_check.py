@@ -358,7 +358,7 @@ def security_checks(container_pid: int, want_caps: Sequence[str]) -> list[Result
     ]
 
 
-def collector_checks(samples: Samples, log: str = "", own_root: str | None = None
+def collector_checks(samples: Samples, log: str = "", test_root: str | None = None
                      ) -> list[Result]:
     """Every collector succeeds. One exception, said in the line: on a shared machine a
     hostPID exporter also finds vLLM servers of the host outside the test's cgroups, which
@@ -367,8 +367,8 @@ def collector_checks(samples: Samples, log: str = "", own_root: str | None = Non
     failed = sorted(lab["collector"] for lab, v in rows if v != 1)
     names = sorted(lab["collector"] for lab, _ in rows)
     foreign = [m.group(1) for m in re.finditer(r"collector vllm failed: .*? first: (\S+?):", log)]
-    if (own_root is not None and failed == ["vllm"] and foreign
-            and not any(own_root.strip("/") in path for path in foreign)):
+    if (failed == ["vllm"] and foreign and not any(
+            test_root is not None and test_root.strip("/") in path for path in foreign)):
         return [Result("collectors", True, f"all succeed but vllm, failing only on the host's "
                                            f"own vLLM outside the test ({foreign[-1]})")]
     return [Result("collectors", bool(rows) and not failed,
@@ -584,7 +584,8 @@ def run_emulated(args: argparse.Namespace) -> list[Result]:
                                   else "no answer; log: " + exporter_log(name)))
             if healthy:
                 status, text = http(f"{base}/metrics", timeout=60)
-                results += collector_checks(parse(text) if status == 200 else [])
+                results += collector_checks(parse(text) if status == 200 else [],
+                                            exporter_log(name, lines=0))
         finally:
             podman("rm", "--force", "--time=2", name, check=False)
     return results
