@@ -4,6 +4,7 @@
 #   bash scripts/image.sh build [--arch amd64|arm64]   # prints the image reference it built
 #   bash scripts/image.sh check [--arch amd64|arm64]   # one line per container check
 #        [--mutate hostPID|SYS_PTRACE|mount:NAME] [--whole-cgroupfs]   # must then fail
+#   bash scripts/image.sh ci      # scripts/test.sh's tier: both of the above, both arches
 #
 # No registry is needed: the Dockerfile's base (python:3.13-slim-trixie) is made locally
 # with debootstrap from the Debian archive (Debian's own python3.13), for the host's
@@ -17,7 +18,8 @@
 #                                   name; the build then installs with --no-index.
 # Needs root (apt, podman, cgroups). HEADROOM_IMAGE_CACHE overrides the cache folder.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SELF=$(realpath "${BASH_SOURCE[0]}")
+cd "$(dirname "$SELF")/.."
 
 SUITE=trixie
 PYVER=3.13
@@ -28,7 +30,7 @@ VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", 
 die() { echo "image.sh: $*" >&2; exit 1; }
 log() { echo "image.sh: $*" >&2; }
 
-usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,7p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}; [[ -n $cmd ]] || usage; shift
 ARCH=$HOST_ARCH
@@ -197,8 +199,30 @@ check() {
     fi
 }
 
+# The CI tier (scripts/test.sh): the host's arch in full, and each thing the chart needs
+# taken away must make the check fail; the other arch emulated (its smallest honest check).
+ci() {
+    local start=$SECONDS other taken
+    other=$([[ $HOST_ARCH == amd64 ]] && echo arm64 || echo amd64)
+    bash "$SELF" build --arch "$HOST_ARCH" >/dev/null
+    bash "$SELF" check --arch "$HOST_ARCH"
+    for taken in "--mutate hostPID" "--mutate SYS_PTRACE" "--mutate mount:proc" \
+            "--mutate mount:cgroup" "--whole-cgroupfs"; do
+        # shellcheck disable=SC2086  # two words: the flag and what it takes away
+        if bash "$SELF" check --arch "$HOST_ARCH" $taken > "$CACHE/mutated.log"; then
+            cat "$CACHE/mutated.log"
+            die "the check passed with $taken: it cannot tell"
+        fi
+        echo "as it must, it fails with $taken: $(tail -1 "$CACHE/mutated.log")"
+    done
+    bash "$SELF" build --arch "$other" >/dev/null
+    bash "$SELF" check --arch "$other"
+    echo "image tier: $((SECONDS - start)) s"
+}
+
 case $cmd in
     build) build ;;
     check) check ;;
+    ci) ci ;;
     *) usage ;;
 esac
