@@ -3,10 +3,12 @@
 #
 # Two stages. The builder turns the source tree into wheels (ours and every dependency's);
 # the final stage installs those wheels and nothing else: no compiler, no source tree, no
-# pip cache. Every dependency ships manylinux wheels for CPython 3.12, so not even the
-# builder needs a compiler.
+# pip cache. Every dependency ships manylinux wheels (x86_64 and aarch64) for CPython 3.13,
+# so not even the builder needs a compiler, on either architecture. Debian trixie, because
+# its own python3 is 3.13: scripts/image.sh makes this base from the Debian archive when no
+# registry is reachable, and then builds exactly what `docker build` builds.
 
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+ARG PYTHON_IMAGE=python:3.13-slim-trixie
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \

@@ -85,6 +85,17 @@ panels = [
           "{{collector}}")],
         unit="s", min_zero=True,
     ),
+    stat(
+        "Collectors degraded",
+        "Collectors that lost data to a missing capability or a denied device "
+        "(headroom_collector_degraded; the exporter's log says which files): their series "
+        "are missing, not zero, though the collector may still succeed. "
+        "missing_cap_sys_ptrace: the pod lacks SYS_PTRACE (no PSS, tmpfs or orphans).",
+        [(f"count by (collector, reason) ({metric(c.COLLECTOR_DEGRADED, *SEL)} == 1)"
+          " or vector(0)", "{{collector}} {{reason}}")],
+        unit="short", w=24, text_mode="value_and_name",
+        steps=thresholds(("green", 0), ("orange", 1)),
+    ),
     timeseries(
         "vLLM /metrics scrape success",
         "Share of scrapes on which headroom read each vLLM's /metrics: the KV-cache series "

@@ -215,6 +215,12 @@ COLLECTOR_SUCCESS = MetricSpec(
     "headroom_collector_success", "gauge", ("collector",),
     "1 when the collector succeeded on this scrape, else 0.",
 )
+COLLECTOR_DEGRADED = MetricSpec(
+    "headroom_collector_degraded", "gauge", ("collector", "reason"),
+    "1 once the collector lost data to a missing capability (reason missing_cap_sys_ptrace, "
+    "missing_cap_syslog) or a denied device or file (device_denied, permission_denied): the "
+    "series it would export are missing, though it may still succeed.",
+)
 COLLECTOR_DURATION_SECONDS = MetricSpec(
     "headroom_collector_duration_seconds", "gauge", ("collector",),
     "Wall time the collector took on this scrape.",

@@ -35,6 +35,11 @@ def _artifacts_of(module: str) -> Callable[[Path], Mapping[str, str]]:
         try:
             found: Mapping[str, str] = importlib.import_module(module).artifacts()
             return found
+        except ModuleNotFoundError as exc:
+            if exc.name != "grafanalib":
+                raise
+            raise SystemExit("headroom generate: the dashboards need grafanalib: "
+                             "pip install 'vllm-headroom[generate]'") from exc
         finally:
             sys.path.remove(str(root))
     return produce

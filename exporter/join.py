@@ -73,6 +73,7 @@ class Snapshot:
     vllm: tuple[VllmView, ...] = ()
     oom_kills: Mapping[tuple[Workload, str], int] = field(default_factory=dict)
     families: tuple[Family, ...] = ()  # rendered by sources outside the core (source.py)
+    degraded: tuple[tuple[str, str], ...] = ()  # (collector, reason): exporter/degraded.py
 
     def pod_of(self) -> dict[str, Workload]:
         """cgroup path -> the labels of its pod-level cgroup (itself outside Kubernetes)."""

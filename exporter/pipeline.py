@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from exporter.collectors import procfs
+from exporter.degraded import DEGRADED
 from exporter.discovery import Discovered, Discovery
 from exporter.join import Snapshot, join, labels_of
 from exporter.model import CollectorResult, PodDirectory
@@ -119,7 +120,7 @@ class Pipeline:
             peaks = {r.path: p for r in refs if (p := self.sampler.peak(r.path)) is not None}
         snapshot = join(refs, self.pods, results, peaks, outcomes)
         labels = labels_of(snapshot, results)
-        snapshot = replace(snapshot, families=tuple(
+        snapshot = replace(snapshot, degraded=DEGRADED.current(), families=tuple(
             f for s in self.sources for f in s.spec.families(results, labels)))
         if self.postmortem is None:
             return snapshot

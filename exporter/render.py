@@ -197,9 +197,12 @@ def health_families(snapshot: Snapshot) -> list[Family]:
     for r in snapshot.collectors:
         success.add((r.name,), 1.0 if r.success else 0.0)
         duration.add((r.name,), r.duration_seconds)
+    degraded = Family(c.COLLECTOR_DEGRADED)
+    for collector, reason in snapshot.degraded:
+        degraded.add((collector, reason), 1.0)
     build = Family(c.BUILD_INFO)
     build.add((__version__,), 1.0)
-    return [success, duration, build]
+    return [success, degraded, duration, build]
 
 
 # Exposition order (the golden files pin it).

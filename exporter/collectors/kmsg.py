@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.degraded import CAP_SYSLOG, DEGRADED, DEVICE_DENIED
+
 log = logging.getLogger(__name__)
 
 _OOM_KILL_RE = re.compile(r"oom-kill:.*?,task_memcg=(?P<memcg>.*?),task=(?P<comm>.*),"
@@ -81,6 +83,10 @@ class KmsgReader:
         except OSError as exc:
             log.info("kernel log %s not readable (%s): OOM victims are inferred", path,
                      exc.strerror)
+            if exc.errno in (errno.EPERM, errno.EACCES):
+                # EPERM at open: dmesg_restrict without SYSLOG, or the device cgroup.
+                DEGRADED.report("kmsg", CAP_SYSLOG, f"no kernel log: {path}: {exc.strerror}",
+                                otherwise=DEVICE_DENIED)
             self._fd = None
 
     @property

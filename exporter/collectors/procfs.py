@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from exporter.catalog import OTHER_PROCESS
 from exporter.collectors.proctree import api_servers, engine_title, parse_stat
+from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
 from exporter.labels import bounded
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
@@ -371,7 +372,11 @@ class ProcfsCollector:
             return 0
         try:
             reading = parse_smaps_rollup(read_text(self._paths.proc_file(p.pid, "smaps_rollup")))
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+        except PermissionError as exc:
+            DEGRADED.report(KEY.name, CAP_SYS_PTRACE, f"no PSS: smaps_rollup of pid {p.pid}: "
+                            f"{exc.strerror}")
+            return 1
+        except (FileNotFoundError, ProcessLookupError, ValueError):
             return 1
         self._pss[p.pid] = (now, p.name, reading)
         return 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.collectors import procfs
+from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
 from exporter.labels import bounded
 from exporter.model import CgroupRef, TmpfsMount
 from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
@@ -235,6 +236,8 @@ class TmpfsSource(SourceBase):
                     # One pod's odd process (EACCES, EINVAL, ELOOP...) is that pod's
                     # problem: try its next process; the others' mounts are still read.
                     last_error = f"{owner}: {exc}"
+                    if isinstance(exc, PermissionError):
+                        DEGRADED.report(KEY.name, CAP_SYS_PTRACE, f"no tmpfs mounts: {exc}")
                     continue
                 result[owner] = tuple(found)
                 break

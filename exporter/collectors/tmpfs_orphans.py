@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from exporter.collectors import procfs, tmpfs
+from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
 from exporter.model import CgroupRef
 from exporter.paths import HostPaths
 from exporter.settings import Settings, parse_duration, positive, setting
@@ -412,6 +413,7 @@ class TmpfsOrphansSource(SourceBase):
                     budget -= job.step(self._reader, share, walk)
                 except PermissionError as exc:
                     errors.append(f"{pod.owner}: {exc}")
+                    DEGRADED.report(KEY.name, CAP_SYS_PTRACE, f"no orphaned tmpfs files: {exc}")
                     del self._jobs[pod.owner]
                     continue
             if not job.done:

@@ -218,6 +218,17 @@ async def fetch(prom: PromClient, namespace: str, pod: str, extra: str, at: floa
     return evidence(namespace, pod, at, dict(zip(queries, results, strict=True)))
 
 
+async def degraded_notes(prom: PromClient, sel: str, at: float) -> list[str]:
+    """The exporters serving the pod that lost data to a missing capability or device
+    (headroom_collector_degraded): some figures above may be missing, not zero."""
+    expr = (f"max by (instance, collector, reason) ({c.COLLECTOR_DEGRADED.name} == 1 "
+            f"and on (instance) count by (instance) ({c.MEMORY_LIMIT_BYTES.name}{sel}))")
+    return [printable(f"exporter {s.labels.get('instance', '')}: collector "
+                      f"{s.labels.get('collector', '')} degraded "
+                      f"({s.labels.get('reason', '')}): its figures are missing, not zero")
+            for s in await prom.query(expr, at)]
+
+
 async def explain(url: str, target: str, auth: PromAuth, extra: str = "",
                   at: float | None = None, runbook_base: str = RUNBOOK_BASE,
                   timeout: float = 30.0) -> Diagnosis:
@@ -233,6 +244,8 @@ async def explain(url: str, target: str, auth: PromAuth, extra: str = "",
             return diagnose(Evidence(printable(ns or ""), printable(pod), at), runbook_base)
         namespace, pod = found[0]
         d = diagnose(await fetch(prom, namespace, pod, extra, at), runbook_base)
+        d = dataclasses.replace(d, notes=(*d.notes, *await degraded_notes(
+            prom, selector(namespace, pod, extra), at)))
         if d.verdict == NO_DATA:
             # Seen in the last day, gone now (deleted, rescheduled, the node down): say
             # when, so the engineer can judge that moment with --time.
