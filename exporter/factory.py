@@ -104,7 +104,8 @@ def build(config: Config, replace: Mapping[str, Source[object]] | None = None,
         kmsg,
         pods,
     )
-    discovery = Discovery(paths, config.discovery.kubepods_path, config.discovery.track)
+    discovery = Discovery(paths, config.discovery.kubepods_path, config.discovery.track,
+                          host_vllm=config.discovery.host_vllm)
     sampler = PeakSampler(config.sampler.interval, config.sampler.window,
                           listener=postmortem.on_sample, watch_root=discovery.watch_root)
     pipeline = Pipeline(discovery, sources, config.scrape.collector_timeout, pods=pods,

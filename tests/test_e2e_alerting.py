@@ -125,6 +125,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 sys.executable, "-m", "exporter.cli", "serve",
                 f"--web.listen-address=127.0.0.1:{exporter_port}",
                 f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+                "--cgroup.host-vllm=false",  # nothing from the host's /proc
                 "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
                 f"--flight-recorder.dir={tmp_path / 'oom'}", "--log.format=json"]
             exporter = subprocess.Popen(exporter_args, stderr=log_file("exporter.log"))

@@ -80,6 +80,7 @@ def procs() -> Iterator[Procs]:
 
 def real_args(tree: KubeTree, *extra: str) -> list[str]:
     return [f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+            "--cgroup.host-vllm=false",  # nothing from the host's /proc
             "--no-collector.nvml", "--no-collector.vllm", "--path.kmsg=", *extra]
 
 
