@@ -70,7 +70,8 @@ class PostMortem:
                 {path: (d.pod, d.young) for path, d in sample.added.items()}, sample.removed,
                 {r.path: labels_of(r, self.pods) for r in sample.found})
         victims = self.kmsg.read_victims() if self.kmsg is not None else []
-        for k in self.watcher.check(sample.counters, victims):
+        for k in self.watcher.check(sample.counters, victims, sample.members,
+                                    sample.departed):
             self._publish(k)
 
     # On the event loop, after every scrape.
