@@ -13,7 +13,7 @@ from exporter.collectors.kmsg import KernelVictim, pair_victims, parse_kmsg_reco
 from exporter.model import Workload
 from exporter.oom.members import NEW_PER_PASS, MemberTable
 from exporter.oom.recorder import FlightRecorder
-from exporter.oom.watcher import RECENT, CgroupLabels, OomWatcher, ProcessEntry
+from exporter.oom.watcher import RECENT, CgroupLabels, OomKill, OomWatcher, ProcessEntry
 from exporter.paths import HostPaths, MemoryHierarchy
 from tests.conftest import HOSTS
 
@@ -245,3 +245,19 @@ def test_the_member_table_lists_names_and_departures_within_its_bounds(tmp_path:
     storm = table.refresh(h, [C1])
     assert storm.members[C1] == ()  # none exists in /proc: read, found gone, not kept
     assert table.refresh(h, []).departed == ()  # the cgroup is no longer listed
+
+
+def test_each_kill_is_published_before_it_is_counted() -> None:
+    """A scrape that sees the count move finds the kill's document (issue 23: the v2
+    guest found no document right after the counter moved)."""
+    w, _ = watcher(kmsg=False)
+    w.track({POD: (None, True)})
+    seen: list[tuple[str, dict[tuple[Workload, str], int]]] = []
+
+    def publish(k: OomKill) -> None:
+        seen.append((k.process, dict(w.counts)))
+        if k.pid == 41:
+            raise OSError("disk full")  # a failed document still counts the kill
+    kills = w.check({POD: KillCounters(1)}, publish=publish)
+    assert seen == [("EngineCore", {})]  # not counted while its document was written
+    assert [k.pid for k in kills] == [41] and w.counts == {(POD_W, "EngineCore"): 1}

@@ -26,6 +26,9 @@ kill domains it follows; after every scrape with each cgroup's labels and proces
   ``GUESS_PASSES`` sampler passes; then it is "unknown". A log victim whose counter was
   never seen to move (the runtime removed a v1 container's cgroup first) is counted from
   the log, and a later rise of that counter is then the same kill, not another.
+- **The document before the count**: ``check`` hands each kill to ``publish`` (the
+  flight-recorder document, written and kept) before it adds it to ``counts`` and the pod
+  count, so a scrape that shows the kill finds its document too.
 - **The pod-level count on v1**: the kernel counts nothing there, so the watcher keeps it:
   the containers' counters at first read plus every kill counted since; a container's
   kills stay in its pod's count after the runtime removes its cgroup.
@@ -36,6 +39,7 @@ Time and liveness are injected: every path is tested without a kernel
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -46,6 +50,8 @@ from pathlib import Path
 from exporter.collectors.cgroup import KillCounters
 from exporter.collectors.kmsg import KernelVictim
 from exporter.model import Workload
+
+log = logging.getLogger(__name__)
 
 UNKNOWN = "unknown"
 GUESS_WAIT = 2.0  # seconds to wait for the kernel log to name a counted kill
@@ -196,10 +202,12 @@ class OomWatcher:
     def check(self, counters: Mapping[str, KillCounters],
               victims: Sequence[KernelVictim] = (),
               members: Mapping[str, Sequence[ProcessEntry]] | None = None,
-              departed: Sequence[tuple[str, ProcessEntry]] = ()) -> list[OomKill]:
-        """One sampler pass. ``counters``: the domains read this pass (not necessarily all
-        of them); ``members``: the cgroups listed this pass and their processes;
-        ``departed``: (cgroup, process) that left them since the previous pass."""
+              departed: Sequence[tuple[str, ProcessEntry]] = (),
+              publish: Callable[[OomKill], None] | None = None) -> list[OomKill]:
+        """One sampler pass, on the sampler thread only. ``counters``: the domains read
+        this pass (not necessarily all of them); ``members``: the cgroups listed this pass
+        and their processes; ``departed``: (cgroup, process) that left them since the
+        previous pass; ``publish`` runs for each kill before it is counted."""
         now = self._clock()
         kills: list[OomKill] = []
         with self._lock:
@@ -223,15 +231,30 @@ class OomWatcher:
                     found.append((path, kill))
             self._pending = still
             found.extend(self._log_only(now))
-            for domain, k in found:
+            pods = [self._domains[d].pod if d in self._domains else None for d, _ in found]
+            self._expire(now)
+        # The document first, the count after (outside the lock: a scrape's ``observe``
+        # does not wait for a disk write): whoever sees the count move finds the document.
+        for (_, k), pod in zip(found, pods, strict=True):
+            if publish is not None:
+                try:
+                    publish(k)
+                except Exception as exc:  # the kill still counts
+                    log.error("OOM kill in %s: its document failed: %s: %s", k.cgroup,
+                              type(exc).__name__, exc)
+            with self._lock:
                 key = (k.pod_workload, k.process)
                 self.counts[key] = self.counts.get(key, 0) + 1
-                pod = self._domains[domain].pod if domain in self._domains else None
                 if pod is not None:
                     self._pod_kills[pod] = self._pod_kills.get(pod, 0) + 1
-                kills.append(k)
-            self._expire(now)
+            kills.append(k)
         return kills
+
+    def pod_cgroup(self, pod: Workload, besides: str) -> str | None:
+        """A cgroup other than ``besides`` labelled as the pod itself (its pod level)."""
+        with self._lock:
+            return next((p for p, lb in self.labels.items()
+                         if lb.workload == pod and p != besides), None)
 
     def _count(self, path: str, c: KillCounters, now: float) -> None:
         d = self._domains.get(path)
