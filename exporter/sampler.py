@@ -21,9 +21,10 @@ them), and every tick only for domains whose notification could not be armed. A 
 domain is read again on the next ``ECHO_READS`` ticks: v1's eventfd fires at the OOM,
 before the kill, and a read that races the killer would see the old count.
 
-**Who is in each container** (``oom/members.py``): every tick, after the counters, the
-members of each tracked container cgroup are listed, so a kill is named without the
-kernel log (see the OOM watcher).
+**Who is in each container** (``oom/members.py``): each tick, after the counters and the
+usage readings, the members of each tracked container whose usage moved (each at least
+every second) are listed, so a kill is named without the kernel log (see the OOM
+watcher).
 """
 
 from __future__ import annotations
@@ -270,13 +271,6 @@ class PeakSampler:
                     continue
                 if c is not None:
                     counters[path] = c
-        members = departed = None
-        if self._members is not None and self._listener is not None:
-            containers = [r.path for r in refs.values() if not r.is_pod_level]
-            listing = self._members.refresh(
-                h, containers, urgent=lambda p: any(p == d or p.startswith(d + "/")
-                                                    for d in notified))
-            members, departed = listing.members, listing.departed
         tracked = set(refs)
         readings: dict[str, int] = {}
         lifetimes: dict[str, int] = {}
@@ -289,6 +283,13 @@ class PeakSampler:
             if lp is not None:
                 lifetimes[path] = lp
         self._files.sweep()
+        members = departed = None
+        if self._members is not None and self._listener is not None:
+            containers = [r.path for r in refs.values() if not r.is_pod_level]
+            listing = self._members.refresh(
+                h, containers, usage=readings,
+                urgent=lambda p: any(p == d or p.startswith(d + "/") for d in notified))
+            members, departed = listing.members, listing.departed
         values: dict[str, int] = {}
         with self._lock:
             for gone in [p for p in self._windows if p not in tracked]:

@@ -247,6 +247,24 @@ def test_the_member_table_lists_names_and_departures_within_its_bounds(tmp_path:
     assert table.refresh(h, []).departed == ()  # the cgroup is no longer listed
 
 
+def test_the_member_table_lists_a_cgroup_whose_usage_did_not_move_once_a_second(
+        tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    src = HOSTS / "v1-cgroupfs-containerd" / "proc" / "4090"
+    shutil.copytree(src, procfs / "4090", symlinks=True)
+    h = MemoryHierarchy(tmp_path / "memory", 1)
+    h.dir(C1).mkdir(parents=True)
+    (h.dir(C1) / "cgroup.procs").write_text("4090\n")
+    clock = Clock()
+    table = MemberTable(HostPaths(procfs=procfs), clock=clock)
+    assert [m.pid for m in table.refresh(h, [C1], usage={C1: 100}).members[C1]] == [4090]
+    (h.dir(C1) / "cgroup.procs").write_text("")
+    clock.now += 0.2
+    assert table.refresh(h, [C1], usage={C1: 100}).departed == ()  # not listed: unmoved
+    clock.now += 0.2
+    assert [e.pid for _, e in table.refresh(h, [C1], usage={C1: 90}).departed] == [4090]
+
+
 def test_each_kill_is_published_before_it_is_counted() -> None:
     """A scrape that sees the count move finds the kill's document (issue 23: the v2
     guest found no document right after the counter moved)."""

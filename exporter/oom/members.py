@@ -5,9 +5,11 @@ Without /dev/kmsg (the chart's default: a container gets EPERM) the only way to 
 OOM victim is to know who was in the cgroup just before the kill and see who is missing
 just after. The scrapes' process tables (every 15-60 s) are too coarse for that: a
 container born and killed between two scrapes, or a busy node where the victim takes
-seconds to die, left the victim "unknown". So every sampler pass (200 ms) lists
-``cgroup.procs`` of each tracked container (one open-read-close: on v1 a kept-open file
-returns the kernel's cached list for about a second) and keeps, per cgroup, its members
+seconds to die, left the victim "unknown". So each sampler pass (200 ms) lists
+``cgroup.procs`` of each tracked container whose usage moved since its last listing, and
+of every one at least every ``LIST_EVERY`` (a process cannot start or die without
+charging or freeing memory; one open-read-close: on v1 a kept-open file returns the
+kernel's cached list for about a second), and keeps, per cgroup, its members
 (pid, name from cmdline, last-known RSS). A pid that is no longer listed, or a zombie,
 *departed* in that pass; the OOM watcher names a kill after the largest process (by
 last-known RSS) that departed its kill domain since the kill counter last read lower.
@@ -27,7 +29,7 @@ owns it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.collectors.procfs import (
@@ -44,12 +46,15 @@ MAX_MEMBERS = 1024  # processes followed per cgroup (the first listed)
 NEW_PER_PASS = 256  # new processes read per pass, all cgroups together
 MAX_DEPARTED = 1024  # departures reported per pass
 RSS_REFRESH = 5.0  # seconds between RSS reads of a cgroup's members, unless notified
+LIST_EVERY = 1.0  # seconds between listings of a cgroup whose usage did not move
 
 
 @dataclass
 class _Cgroup:
     members: dict[int, ProcessEntry] = field(default_factory=dict)
     rss_at: float = -1e18
+    listed_at: float = -1e18
+    usage: int | None = None  # at the last listing
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,12 @@ class MemberTable:
         return None if status is None else sum(status[1:4])
 
     def refresh(self, h: MemoryHierarchy, paths: Iterable[str],
-                urgent: Callable[[str], bool] = lambda _: False) -> Refresh:
+                urgent: Callable[[str], bool] = lambda _: False,
+                usage: Mapping[str, int] | None = None) -> Refresh:
         """List ``paths`` (container cgroups: processes live there); ``urgent`` cgroups
-        have their members' RSS read now (their kill domain was just notified)."""
+        are listed and have their members' RSS read now (their kill domain was just
+        notified); ``usage``: this pass's readings (an unmoved cgroup is listed only every
+        ``LIST_EVERY``; without readings, every cgroup is listed)."""
         now = self._clock()
         budget = NEW_PER_PASS
         members: dict[str, tuple[ProcessEntry, ...]] = {}
@@ -96,6 +104,13 @@ class MemberTable:
         wanted = set(paths)
         for path in wanted:
             cg = self._cgroups.setdefault(path, _Cgroup())
+            now_usage = usage.get(path) if usage is not None else None
+            hot = urgent(path)
+            if (not hot and now_usage is not None and now_usage == cg.usage
+                    and now - cg.listed_at < LIST_EVERY):
+                members[path] = tuple(cg.members.values())
+                continue
+            cg.listed_at, cg.usage = now, now_usage
             try:
                 listed = parse_cgroup_procs(read_text(h.file(path, "cgroup.procs")))
             except OSError:  # the cgroup is gone: every member departed
@@ -103,7 +118,7 @@ class MemberTable:
             now_listed = set(listed[:MAX_MEMBERS])
             for pid in [p for p in cg.members if p not in now_listed]:
                 departed.append((path, cg.members.pop(pid)))
-            refresh_rss = urgent(path) or now - cg.rss_at >= RSS_REFRESH
+            refresh_rss = hot or now - cg.rss_at >= RSS_REFRESH
             if refresh_rss:
                 cg.rss_at = now
                 for pid, m in list(cg.members.items()):
@@ -113,8 +128,11 @@ class MemberTable:
                     elif rss != m.rss:
                         cg.members[pid] = ProcessEntry(pid, m.name, rss)
             for pid in listed[:MAX_MEMBERS]:
-                if pid in cg.members or budget <= 0:
+                if pid in cg.members:
                     continue
+                if budget <= 0:
+                    cg.listed_at = -1e18  # the rest on the next pass, moved or not
+                    break
                 budget -= 1
                 entry = self._read(pid)
                 if entry is not None:
