@@ -21,9 +21,9 @@ kernel just notified (v1 ``oom_control`` fires at the OOM, before the kill; v2
 picks the victim is the one from just before the kill.
 
 Bounds, whatever a pod does: at most ``MAX_MEMBERS`` processes followed per cgroup and
-``NEW_PER_PASS`` new processes read per pass (a fork storm is read over several passes),
-``MAX_DEPARTED`` departures handed out per pass. Not thread-safe: the sampler thread
-owns it.
+``MAX_TOTAL`` on the node, ``NEW_PER_PASS`` new processes read per pass (a fork storm is
+read over several passes), ``MAX_DEPARTED`` departures handed out per pass. Not
+thread-safe: the sampler thread owns it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from exporter.oom.watcher import ProcessEntry
 from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
 
 MAX_MEMBERS = 1024  # processes followed per cgroup (the first listed)
+MAX_TOTAL = 32768  # processes followed on the node (about 5 MiB of entries)
 NEW_PER_PASS = 256  # new processes read per pass, all cgroups together
 MAX_DEPARTED = 1024  # departures reported per pass
 RSS_REFRESH = 5.0  # seconds between RSS reads of a cgroup's members, unless notified
@@ -99,6 +100,7 @@ class MemberTable:
         ``LIST_EVERY``; without readings, every cgroup is listed)."""
         now = self._clock()
         budget = NEW_PER_PASS
+        room = MAX_TOTAL - sum(len(cg.members) for cg in self._cgroups.values())
         members: dict[str, tuple[ProcessEntry, ...]] = {}
         departed: list[tuple[str, ProcessEntry]] = []
         wanted = set(paths)
@@ -130,13 +132,14 @@ class MemberTable:
             for pid in listed[:MAX_MEMBERS]:
                 if pid in cg.members:
                     continue
-                if budget <= 0:
+                if budget <= 0 or room <= 0:
                     cg.listed_at = -1e18  # the rest on the next pass, moved or not
                     break
                 budget -= 1
                 entry = self._read(pid)
                 if entry is not None:
                     cg.members[pid] = entry
+                    room -= 1
             members[path] = tuple(cg.members.values())
         for path in [p for p in self._cgroups if p not in wanted]:
             departed.extend((path, m) for m in self._cgroups.pop(path).members.values())
