@@ -157,15 +157,17 @@ async def test_f8_scrape_during_a_burst_keeps_workload_series(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """F8: each of 150 concurrent scrapes rendered in the shared thread pool; the next
     collection's collectors queued behind the renders and timed out, so a scrape in the
-    burst had no workload series. A render costs 100 ms here (a big node)."""
+    burst had no workload series. A render costs 300 ms here (a big node): 150 of them
+    queued in the pool are about 8 s, well past the 3 s collector timeout, which a
+    collector on a fixture tree stays far below on a busy machine when nothing queues."""
     real_render = server.render
 
     def slow_render(*args, **kwargs):  # type: ignore[no-untyped-def]
-        time.sleep(0.1)
+        time.sleep(0.3)
         return real_render(*args, **kwargs)
 
     monkeypatch.setattr(server, "render", slow_render)
-    cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=1.0))
+    cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=3.0))
     pipeline = fixture_pipeline(cfg)
     runner = web.AppRunner(make_app(pipeline))
     await runner.setup()
