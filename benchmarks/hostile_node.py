@@ -169,6 +169,7 @@ def main() -> int:
                 ["prlimit", f"--nofile={args.fd_limit}:{args.fd_limit}", sys.executable, "-m",
                  "exporter.cli", "serve", f"--web.listen-address=127.0.0.1:{port}",
                  f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+                 "--cgroup.host-vllm=false",  # nothing from the host's /proc
                  "--no-collector.nvml", "--no-collector.vllm", "--path.kmsg=",
                  "--flight-recorder.window=2m"],
                 cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},

@@ -122,6 +122,7 @@ def main() -> None:
             [sys.executable, "-m", "exporter.cli", "serve",
              f"--web.listen-address=127.0.0.1:{port}",
              f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+             "--cgroup.host-vllm=false",  # nothing from the host's /proc
              "--no-collector.nvml", "--no-collector.vllm",
              f"--sampler.interval={args.sampler_interval}",
              f"--tmpfs.orphans-interval={args.orphans_interval}"],

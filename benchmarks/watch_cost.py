@@ -1,7 +1,7 @@
 """What finding new cgroups and following kill counters cost the sampler, per mechanism
 (a benchmark, not a test).
 
-    python3 -m benchmarks.watch_cost [--containers 102] [--seconds 20]
+    python3 -m benchmarks.watch_cost [--containers 102] [--seconds 20] [--processes 100]
 
 On a real kubelet-shaped tree beneath this process's memory cgroup (the kernel's cgroupfs,
 v1 or v2, as scrape_cost.py builds it), with nothing changing (an idle node), it runs one
@@ -12,19 +12,25 @@ second (% of a core):
 - discovery by a scan (``CgroupTree`` without inotify): every directory listed each second;
 - kill counters by notification (``KillNotifier``: v2 inotify, v1 eventfd): one
   ``epoll_wait`` a tick for all domains;
-- kill counters by polling: every domain's counter file read each tick (before).
+- kill counters by polling: every domain's counter file read each tick (before);
+- the member listing (``MemberTable``): each container's cgroup.procs read each tick,
+  with ``--processes`` idle processes in them (RSS re-read every 5 s), and as the sampler
+  runs it on an idle node (a cgroup whose usage did not move is listed once a second).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import select
+import subprocess
 import time
 from collections.abc import Callable
 
 from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import read_kill_counters
-from exporter.paths import OpenFiles
+from exporter.oom.members import MemberTable
+from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles
 from tests.kernel import kube_tree
 
 TICK = 0.2
@@ -41,10 +47,18 @@ def cpu_per_second(tick: Callable[[], object], seconds: float) -> float:
     return (time.thread_time() - c0) / (time.monotonic() - t0)
 
 
+def sleeper(h: MemoryHierarchy, container: str) -> subprocess.Popen[bytes]:
+    """An idle process (``sleep``) in ``container`` from its start."""
+    procs = h.dir(container) / "cgroup.procs"
+    return subprocess.Popen(["sleep", "600"],
+                            preexec_fn=lambda: procs.write_text(str(os.getpid())))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--containers", type=int, default=102)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--processes", type=int, default=100)
     args = ap.parse_args()
     with kube_tree() as tree:
         h = tree.hierarchy
@@ -85,6 +99,30 @@ def main() -> None:
         results[f"kill counters polled ({len(domains)} domains)"] = cpu_per_second(
             polled, args.seconds)
         files.close()
+        # Who is in each container (oom/members.py), with --processes sleepers spread
+        # over the containers: the listing that names victims without the kernel log.
+        sleepers = [sleeper(h, containers[i % len(containers)]) for i in range(args.processes)]
+        try:
+            table = MemberTable(HostPaths())
+            table.refresh(h, containers)  # the first look reads every name
+
+            def listed() -> None:
+                table.refresh(h, containers)
+
+            results[f"member listing, every tick ({args.processes} processes)"] = \
+                cpu_per_second(listed, args.seconds)
+            # As the sampler runs it: usage readings say which moved (none: idle).
+            idle = dict.fromkeys(containers, 1)
+
+            def listed_when_moved() -> None:
+                table.refresh(h, containers, usage=idle)
+
+            results["member listing, idle (each cgroup every 1 s)"] = cpu_per_second(
+                listed_when_moved, args.seconds)
+        finally:
+            for proc in sleepers:
+                proc.kill()
+                proc.wait()
     print(f"cgroup v{h.version}: {len(containers)} containers in {len(pods)} pods, "
           f"a tick every {TICK * 1000:.0f} ms, {args.seconds:g} s each")
     for name, share in results.items():

@@ -87,6 +87,10 @@ class DiscoverySettings(Settings):
         "--cgroup.track", str,
         "extra cgroup to watch outside Kubernetes, relative to the memory controller root "
         "(repeatable)")
+    host_vllm: bool = setting(
+        "--cgroup.host-vllm", "true", parse_bool,
+        "also track the cgroups of vLLM processes found outside Kubernetes by their "
+        "command line (off: only kubepods and --cgroup.track)")
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,11 @@ class Discovery:
     """Blocking (it walks cgroupfs): called from a worker thread, one at a time."""
 
     def __init__(self, paths: HostPaths, kubepods_path: str | None, track: tuple[str, ...],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, host_vllm: bool = True) -> None:
         self._paths = paths
         self._kubepods = kubepods_path
         self._track = track
+        self._host_vllm_scan = host_vllm  # --cgroup.host-vllm
         self._clock = clock
         self._hierarchy: MemoryHierarchy | None = None
         self._host_scan_at = -1e18
@@ -102,7 +103,7 @@ class Discovery:
                 raise FileNotFoundError(f"kubepods cgroup {h.dir(kubepods)} does not exist")
             refs.extend(walk_kubepods(h, kubepods))
         now = self._clock()
-        if now - self._host_scan_at >= HOST_SCAN_INTERVAL:
+        if self._host_vllm_scan and now - self._host_scan_at >= HOST_SCAN_INTERVAL:
             self._host_scan_at = now
             self._host_vllm = scan_vllm_processes(self._paths, self._ns_root(h))
         outside = [cg for cg in self._host_vllm

@@ -16,6 +16,7 @@ from exporter.discovery import Discovery
 from exporter.join import Snapshot
 from exporter.model import PodDirectory
 from exporter.oom.documents import DocumentStore
+from exporter.oom.members import MemberTable
 from exporter.oom.postmortem import PostMortem
 from exporter.oom.recorder import FlightRecorder
 from exporter.oom.watcher import OomWatcher, pid_alive
@@ -104,9 +105,11 @@ def build(config: Config, replace: Mapping[str, Source[object]] | None = None,
         kmsg,
         pods,
     )
-    discovery = Discovery(paths, config.discovery.kubepods_path, config.discovery.track)
+    discovery = Discovery(paths, config.discovery.kubepods_path, config.discovery.track,
+                          host_vllm=config.discovery.host_vllm)
     sampler = PeakSampler(config.sampler.interval, config.sampler.window,
-                          listener=postmortem.on_sample, watch_root=discovery.watch_root)
+                          listener=postmortem.on_sample, watch_root=discovery.watch_root,
+                          members=MemberTable(paths))
     pipeline = Pipeline(discovery, sources, config.scrape.collector_timeout, pods=pods,
                         sampler=sampler, postmortem=postmortem)
     return Exporter(config, pipeline, sampler, postmortem)

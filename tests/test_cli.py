@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from exporter.config import ConfigError, build_config
 from exporter.registry import SOURCES
 from exporter.settings import env_name, parse_duration, parse_size
 from tests.conftest import HOSTS
-from tests.net import free_port
+from tests.net import free_port, wait_http
 
 V1 = HOSTS / "v1-cgroupfs-containerd"
 
@@ -98,14 +97,13 @@ def test_parse_size() -> None:
 
 
 def get(url: str) -> tuple[int, str, str]:
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=60) as r:
         return r.status, r.headers["Content-Type"], r.read().decode()
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
+def served() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter.cli", "serve", f"--web.listen-address=127.0.0.1:{port}",
          f"--path.procfs={V1 / 'proc'}", f"--path.cgroupfs={V1 / 'sys/fs/cgroup'}",
@@ -113,35 +111,25 @@ def served() -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
-    ready = None
-    while time.monotonic() - start < 10:
-        try:
-            get(url + "/healthz")
-            ready = time.monotonic() - start
-            break
-        except OSError:
-            time.sleep(0.02)
-    assert ready is not None, "headroom serve did not come up"
-    yield url, proc, ready
+    # A generous deadline, not a claim: how fast it starts is benchmarks/serve_ready.py's.
+    wait_http(url + "/healthz", proc, timeout=120)
+    yield url, proc
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
     assert proc.stderr is not None
     proc.stderr.close()
 
 
 def test_serve_answers_metrics_healthz_landing(
-        served: tuple[str, subprocess.Popen[bytes], float]) -> None:
-    url, _, ready = served
-    # Starts serving in under a second (interpreter start-up included; measured, generous
-    # for a loaded 2-core CI machine).
-    assert ready < 3.0
+        served: tuple[str, subprocess.Popen[bytes]]) -> None:
+    url, _ = served
     status, ctype, body = get(url + "/metrics")
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
     assert 'headroom_collector_success{collector="cgroup"} 1' in body
     assert "headroom_build_info{version=" in body
     req = urllib.request.Request(url + "/metrics",
                                  headers={"Accept": "application/openmetrics-text"})
-    with urllib.request.urlopen(req, timeout=5) as r:
+    with urllib.request.urlopen(req, timeout=60) as r:
         assert r.headers["Content-Type"].startswith("application/openmetrics-text")
         assert r.read().decode().rstrip().endswith("# EOF")
     assert get(url + "/healthz")[2] == "ok\n"
@@ -149,10 +137,10 @@ def test_serve_answers_metrics_healthz_landing(
 
 
 def test_serve_exits_cleanly_on_sigterm(
-        served: tuple[str, subprocess.Popen[bytes], float]) -> None:
-    _, proc, _ = served
+        served: tuple[str, subprocess.Popen[bytes]]) -> None:
+    _, proc = served
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=60) == 0
     assert proc.stderr is not None
     assert b"shutting down" in proc.stderr.read()
 
@@ -166,7 +154,7 @@ def test_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
             [sys.executable, "-m", "exporter.cli", "serve",
              f"--web.listen-address=127.0.0.1:{port}", f"--path.procfs={V1 / 'proc'}",
              f"--path.cgroupfs={V1 / 'sys/fs/cgroup'}", "--no-collector.kubernetes"],
-            capture_output=True, timeout=20, env={**os.environ, "HEADROOM_LOG_FORMAT": "json"},
+            capture_output=True, timeout=120, env={**os.environ, "HEADROOM_LOG_FORMAT": "json"},
         )
     assert res.returncode == 1
     lines = [line for line in res.stderr.decode().splitlines() if "cannot serve" in line]

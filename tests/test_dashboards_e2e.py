@@ -172,6 +172,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
                     [sys.executable, "-m", "exporter.cli", "serve",
                      f"--web.listen-address=127.0.0.1:{exporter_port}",
                      f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+                     "--cgroup.host-vllm=false",  # nothing from the host's /proc
                      "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
                      # No PSS: read once a minute per process, it is a minute stale
                      # against the 10 s windows of this scaled run, and hidden memory

@@ -78,8 +78,12 @@ def procs() -> Iterator[Procs]:
     p.close()
 
 
-def real_args(tree: KubeTree, *extra: str) -> list[str]:
+def real_args(tree: KubeTree, *extra: str, host_scan: bool = False) -> list[str]:
+    """``host_scan``: the scan of the host's /proc for vLLM processes, for the tests of
+    that scan only (it then finds this machine's vLLMs too: their cgroups' series, which
+    those tests do not read; the vLLM collector is off, so nothing is probed)."""
     return [f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+            f"--cgroup.host-vllm={str(host_scan).lower()}",
             "--no-collector.nvml", "--no-collector.vllm", "--path.kmsg=", *extra]
 
 
@@ -199,7 +203,7 @@ def test_f20_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs:
     p = subprocess.Popen(["VLLM::EngineCore", "600"], executable="/bin/sleep",
                          preexec_fn=enter)
     procs.procs.append(p)
-    with serve(real_args(tree), tmp_path) as s:
+    with serve(real_args(tree, host_scan=True), tmp_path) as s:
         _, values = scrape(s.url)
         assert success(values, "discovery") == 1
         assert success(values, "procfs") == 1
@@ -219,7 +223,7 @@ def test_f20_own_cgroup_namespace_is_resolved_not_silently_empty(
     outside = f"{tree.base}/vllm-host"
     tree.mkdir(outside)
     procs.spawn(tree, outside, ["VLLM::EngineCore", "600"], executable="/bin/sleep")
-    with serve(real_args(tree), tmp_path, prefix=["unshare", "--cgroup"]) as s:
+    with serve(real_args(tree, host_scan=True), tmp_path, prefix=["unshare", "--cgroup"]) as s:
         _text, values = scrape(s.url)
         assert success(values, "discovery") == 1
         assert series(values, "headroom_memory_usage_bytes", pod="/" + outside), \

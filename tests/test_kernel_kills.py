@@ -13,6 +13,8 @@ import asyncio
 import json
 import logging
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from exporter.factory import Exporter as Pipeline
-from tests.kernel import Grower, KubeTree, kube_tree, oom_kills
+from exporter.oom.watcher import GUESS_WAIT, VICTIM_GRACE
+from tests.kernel import Grower, KubeTree, cpu_stress, kube_tree, oom_kills
 from tests.test_kernel import SKIP, Scrape, make_pipeline, scrape, wait_samples
 
 pytestmark = pytest.mark.kernel
@@ -73,7 +76,7 @@ def kills_of(s: Scrape) -> dict[str, float]:
             if k.startswith("headroom_oom_kills_total{") and f'pod="{s.pod}"' in k}
 
 
-async def counted(p: Pipeline, uid: str, cid: str, seconds: float = 8.0) -> Scrape:
+async def counted(p: Pipeline, uid: str, cid: str, seconds: float = 60.0) -> Scrape:
     """Scrape until this pod's kill counter is non-zero (the watcher may still be naming)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -81,6 +84,13 @@ async def counted(p: Pipeline, uid: str, cid: str, seconds: float = 8.0) -> Scra
         if any(kills_of(s).values()) or time.monotonic() > deadline:
             return s
         await asyncio.sleep(0.2)
+
+
+async def settled(p: Pipeline) -> None:
+    """Past the watcher's waits (``GUESS_WAIT``, ``VICTIM_GRACE``) in wall time *and* in
+    sampler passes: on a busy machine the sampler thread may not have run in between."""
+    await asyncio.sleep(max(GUESS_WAIT, VICTIM_GRACE) + 0.5)
+    await wait_samples(p, 3)
 
 
 def documents(tmp_path: Path) -> list[dict[str, object]]:
@@ -102,8 +112,7 @@ async def test_f3_restart_does_not_recount_past_kills(
     caplog.set_level(logging.INFO)
     p = start(tree, tmp_path, pipelines)
     s = await scrape(p, uid, cid)
-    await wait_samples(p, 5)
-    await asyncio.sleep(2.5)  # past the watcher's wait for a victim to be named
+    await settled(p)  # past the watcher's wait for a victim to be named
     s = await scrape(p, uid, cid)
     # The kernel's counters say what they say; headroom reports no kill of its own.
     assert s.get("headroom_memory_events_total", event="oom_kill") == 1
@@ -128,7 +137,7 @@ async def test_f12_a_kill_before_the_first_scrape_names_the_victim(
     uid, pod = tree.pod(limit=1024 * MiB)
     cid, container = tree.container(pod, limit=64 * MiB)
     g = kill_in(tree, container)
-    await asyncio.sleep(3)  # longer than the watcher waits for the kernel log to name it
+    await settled(p)  # longer than the watcher waits for the kernel log to name it
     s = await counted(p, uid, cid)
     assert kills_of(s) == one_kill(uid)
     docs = documents(tmp_path)
@@ -176,7 +185,7 @@ async def test_a_group_kill_of_two_processes_is_one_kill(
         (tree.hierarchy.dir(container) / "memory.oom.group").write_text("1")
     g = kill_in(tree, container, before=("spawn",))
     s = await counted(p, uid, cid)
-    await asyncio.sleep(2.5)  # every Killed-process line read, the counters settled
+    await settled(p)  # every Killed-process line read, the counters settled
     s = await scrape(p, uid, cid)
     assert kills_of(s) == one_kill(uid)
     if tree.version == 2:
@@ -199,14 +208,13 @@ async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_
     try:
         uid, pod = tree.pod(limit=1024 * MiB)
         cid, container = tree.container(pod, limit=64 * MiB)
-        born = time.monotonic()
         g.move(tree.hierarchy, container)
         g.send("grow 2 100", wait=False)  # about 20 MiB/s: the limit in about 3 s
-        assert await asyncio.to_thread(g.wait, 60) == -9, "the OOM killer ends the grower"
-        lived = time.monotonic() - born
+        # No scrape between the cgroup appearing and the kill (this test makes none),
+        # however long the growth takes on a busy machine.
+        assert await asyncio.to_thread(g.wait, 120) == -9, "the OOM killer ends the grower"
     finally:
         g.close()
-    assert 2.0 <= lived <= 8.0, f"the container lived {lived:.1f} s, not about 3 s"
     await asyncio.sleep(0.5)
     s = await counted(p, uid, cid)
     # counted once, on the pod, named ...
@@ -221,12 +229,52 @@ async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_
     usage = doc["usage"]
     assert isinstance(usage, list)
     values = [v for _, v in usage]
-    print(f"\nlived {lived:.1f} s; climb recorded: {[round(v / MiB) for v in values]} MiB")
+    print(f"\nclimb recorded: {[round(v / MiB) for v in values]} MiB")
     assert len(values) >= 2 and values[0] < 40 * MiB and max(values) >= 56 * MiB
     # The runtime removes the killed container's cgroup: nothing is lost or counted twice.
     tree.remove(container)
-    await asyncio.sleep(2.5)
+    await settled(p)
     s = await scrape(p, uid, cid)
     assert kills_of(s) == one_kill(uid)
     assert s.get("headroom_memory_events_total", container=False, event="oom_kill") == 1
     assert len(documents(tmp_path)) == 1
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[subprocess.Popen[bytes]]:
+    if shutil.which("stress-ng") is None:
+        pytest.skip("stress-ng not installed (apt-get install stress-ng)")
+    with cpu_stress() as stress:
+        yield stress
+
+
+@pytest.mark.parametrize("scraped", [True, False], ids=["scraped", "young"])
+async def test_without_the_kernel_log_a_kill_on_busy_cores_is_named(
+        tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path,
+        busy_cores: subprocess.Popen[bytes], scraped: bool) -> None:
+    """The chart's default (kmsg off: a container gets EPERM) with both cores busy while
+    the kill happens (issue 22 item 5: the victim was "unknown" under load). The victim is
+    the process that left the container's member listing (kept by the sampler every
+    pass), not one a scrape happened to see: also for a container no scrape ever saw
+    ("young"). A second, smaller process lives on in the container: not the victim."""
+    p = make_pipeline(tree, flight_recorder_dir=tmp_path / "oom", kmsg=None)
+    pipelines.append(p)
+    await wait_samples(p, 2)
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod, limit=64 * MiB)
+    g = Grower(tree.hierarchy, tree.staging())
+    try:
+        g.move(tree.hierarchy, container)
+        g.send("spawn")  # a sleeping child: the container's second process
+        if scraped:
+            await scrape(p, uid, cid)
+        g.send("grow 4 10", wait=False)
+        assert await asyncio.to_thread(g.wait, 120) == -9, "the OOM killer ends it"
+    finally:
+        g.close()
+    s = await counted(p, uid, cid)
+    assert busy_cores.poll() is None, "the cores were busy the whole time"
+    assert kills_of(s) == one_kill(uid)
+    docs = documents(tmp_path)
+    assert len(docs) == 1
+    assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "guess"}

@@ -91,6 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 [sys.executable, "-m", "exporter.cli", "serve",
                  f"--web.listen-address=127.0.0.1:{ep}",
                  f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+                 "--cgroup.host-vllm=false",  # nothing from the host's /proc
                  "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
                  f"--flight-recorder.dir={tmp / 'oom'}", "--flight-recorder.window=2m"],
                 stderr=logs[0])

@@ -5,12 +5,17 @@ kernel are in tests/test_kernel.py and tests/test_kernel_kills.py."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from exporter.collectors.cgroup import KillCounters
 from exporter.collectors.kmsg import KernelVictim, pair_victims, parse_kmsg_record
 from exporter.model import Workload
+from exporter.oom.members import NEW_PER_PASS, MemberTable
 from exporter.oom.recorder import FlightRecorder
-from exporter.oom.watcher import RECENT, CgroupLabels, OomWatcher, ProcessEntry
+from exporter.oom.watcher import RECENT, CgroupLabels, OomKill, OomWatcher, ProcessEntry
+from exporter.paths import HostPaths, MemoryHierarchy
+from tests.conftest import HOSTS
 
 # /dev/kmsg records written by this machine's kernel (6.18) for a real memcg OOM kill.
 OOM_KILL = (
@@ -177,3 +182,100 @@ def test_f14_kmsg_a_process_named_like_a_pid_cannot_steer_the_victim() -> None:
     assert [p.pid for p in pair_victims([forged, killed])[0]] == [26603]
     # A summary whose second line has not been read yet waits for it.
     assert pair_victims([v]) == ([], v)
+
+
+# --- without the kernel log: who left the domain (the sampler's member listing) ---------
+
+
+def test_without_the_log_the_victim_is_the_largest_that_left_since_the_lower_read() -> None:
+    w, clock = watcher(kmsg=False, alive=frozenset({41, 42, 43, 44}))
+    w.track({POD: (None, False)})
+    w.check({POD: KillCounters(0)}, members={C1: [ProcessEntry(43, "sidecar", 5000)]})
+    # A big process exits normally before the kill counter's lower read: not the victim.
+    clock.now += 0.2
+    w.check({}, members={C1: []}, departed=[(C1, ProcessEntry(43, "sidecar", 5000))])
+    clock.now += 0.2
+    w.check({POD: KillCounters(0)}, members={C1: [ProcessEntry(44, "EngineCore", 800)]})
+    # The counter rises; the victim is still dying: nobody has left yet, so no name ...
+    clock.now += 0.2
+    assert w.check({POD: KillCounters(1)}, members={C1: [ProcessEntry(44, "EngineCore", 800)]}
+                   ) == []
+    # ... until it leaves the listing, with a smaller process leaving in the same pass.
+    clock.now += 0.2
+    kills = w.check({}, members={C1: []}, departed=[(C1, ProcessEntry(44, "EngineCore", 800)),
+                                                    (C1, ProcessEntry(45, "tokenizer", 90))])
+    assert [(k.process, k.pid, k.victim_source, k.cgroup) for k in kills] == [
+        ("EngineCore", 44, "guess", C1)]
+    assert w.counts == {(POD_W, "EngineCore"): 1}
+
+
+def test_without_the_log_a_kill_nobody_left_is_unknown_after_the_wait() -> None:
+    w, clock = watcher(kmsg=False, alive=frozenset({41, 42}))
+    w.track({POD: (None, True)})
+    assert w.check({POD: KillCounters(1)}, members={C1: []}) == []
+    clock.now += 10  # long past GUESS_WAIT, but the sampler has not run GUESS_PASSES times
+    assert w.check({}, members={C1: []}) == []
+    w.check({}, members={C1: []})
+    kills = w.check({}, members={C1: []})
+    assert [(k.process, k.victim_source) for k in kills] == [("unknown", "unknown")]
+
+
+def test_the_member_table_lists_names_and_departures_within_its_bounds(tmp_path: Path) -> None:
+    src = HOSTS / "v1-cgroupfs-containerd" / "proc"
+    procfs = tmp_path / "proc"
+    pids = sorted(int(e.name) for e in src.iterdir()
+                  if (e / "status").is_file() and "RssAnon" in (e / "status").read_text())[:3]
+    for pid in pids:
+        shutil.copytree(src / str(pid), procfs / str(pid), symlinks=True)
+    h = MemoryHierarchy(tmp_path / "memory", 1)
+    (h.dir(C1)).mkdir(parents=True)
+    procs = h.dir(C1) / "cgroup.procs"
+    procs.write_text("".join(f"{pid}\n" for pid in pids) + "0\n999999\n")  # hidden, gone
+    table = MemberTable(HostPaths(procfs=procfs))
+    first = table.refresh(h, [C1])
+    assert sorted(m.pid for m in first.members[C1]) == pids and first.departed == ()
+    assert all(m.name and m.rss > 0 for m in first.members[C1])
+    procs.write_text(f"{pids[0]}\n{pids[1]}\n")
+    shutil.rmtree(procfs / str(pids[1]))  # listed, but gone from /proc: left too (at the
+    left = table.refresh(h, [C1], urgent=lambda _: True)  # RSS read of a notified domain)
+    assert sorted(e.pid for _, e in left.departed) == pids[1:]
+    assert [m.pid for m in left.members[C1]] == [pids[0]]
+    # A fork storm is read NEW_PER_PASS processes a pass (the rest on the next ones).
+    procs.write_text("".join(f"{n}\n" for n in range(10**6, 10**6 + NEW_PER_PASS + 50)))
+    storm = table.refresh(h, [C1])
+    assert storm.members[C1] == ()  # none exists in /proc: read, found gone, not kept
+    assert table.refresh(h, []).departed == ()  # the cgroup is no longer listed
+
+
+def test_the_member_table_lists_a_cgroup_whose_usage_did_not_move_once_a_second(
+        tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    src = HOSTS / "v1-cgroupfs-containerd" / "proc" / "4090"
+    shutil.copytree(src, procfs / "4090", symlinks=True)
+    h = MemoryHierarchy(tmp_path / "memory", 1)
+    h.dir(C1).mkdir(parents=True)
+    (h.dir(C1) / "cgroup.procs").write_text("4090\n")
+    clock = Clock()
+    table = MemberTable(HostPaths(procfs=procfs), clock=clock)
+    assert [m.pid for m in table.refresh(h, [C1], usage={C1: 100}).members[C1]] == [4090]
+    (h.dir(C1) / "cgroup.procs").write_text("")
+    clock.now += 0.2
+    assert table.refresh(h, [C1], usage={C1: 100}).departed == ()  # not listed: unmoved
+    clock.now += 0.2
+    assert [e.pid for _, e in table.refresh(h, [C1], usage={C1: 90}).departed] == [4090]
+
+
+def test_each_kill_is_published_before_it_is_counted() -> None:
+    """A scrape that sees the count move finds the kill's document (issue 23: the v2
+    guest found no document right after the counter moved)."""
+    w, _ = watcher(kmsg=False)
+    w.track({POD: (None, True)})
+    seen: list[tuple[str, dict[tuple[Workload, str], int]]] = []
+
+    def publish(k: OomKill) -> None:
+        seen.append((k.process, dict(w.counts)))
+        if k.pid == 41:
+            raise OSError("disk full")  # a failed document still counts the kill
+    kills = w.check({POD: KillCounters(1)}, publish=publish)
+    assert seen == [("EngineCore", {})]  # not counted while its document was written
+    assert [k.pid for k in kills] == [41] and w.counts == {(POD_W, "EngineCore"): 1}

@@ -132,3 +132,27 @@ def _refs(h: object) -> list[CgroupRef]:
     from exporter.workloads import walk_kubepods
 
     return walk_kubepods(h, "kubepods")  # type: ignore[arg-type]
+
+
+def test_a_name_read_before_exec_is_read_again_at_the_second_look(tmp_path: Path) -> None:
+    """A process read between fork and exec (placed in its cgroup first, as runtimes do)
+    shows its parent's command line; an exec that keeps comm (python3 -> python3) changes
+    no other field read: its name is read once more at the second look, then cached."""
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
+    paths = HostPaths(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup")
+    h = paths.detect_memory_hierarchy()
+    ref = next(r for r in _refs(h) if r.container_id and r.container_id.startswith("01"))
+    cmdline = root / "proc/4104/cmdline"  # comm python3, before and after
+    cmdline.write_bytes(b"python3\0-m\0pytest\0")  # the parent's, before exec
+    c = ProcfsCollector(paths, ProcfsSettings())
+
+    def names() -> set[str]:
+        return {g.name for g in c.collect(h, [ref]).groups[ref.path]}
+
+    before = names()
+    cmdline.write_bytes(b"VLLM::Tokenizer_X\0")  # exec'd: python3 with a title argv[0]
+    after = names()
+    cmdline.write_bytes(b"python3\0-m\0pytest\0")  # no further reads: cached
+    assert "python3" in before and "Tokenizer_X" not in before
+    assert "Tokenizer_X" in after and "python3" not in after and names() == after

@@ -246,7 +246,7 @@ def test_orphaned_bytes_through_the_exporter(tmp_path: Path) -> None:
             mapper = pod.run(MAPPER, "/dev/shm/vllm_offload_0.mmap", str(size),
                              "/dev/shm/held.bin")
             with exporter(tmp_path, "--cgroup.kubepods-path", tree.kubepods,
-                          "--no-collector.vllm") as ex:
+                          "--cgroup.host-vllm=false", "--no-collector.vllm") as ex:
                 def orphaned() -> tuple[float | None, float | None, float | None]:
                     samples = ex.samples()
                     pick = {(n, lab.get("pod"), lab.get("collector")): v

@@ -255,7 +255,7 @@ class Exporter:
     def start(self) -> None:
         cmd = [sys.executable, "-m", "exporter.cli", "serve",
                "--web.listen-address", f"127.0.0.1:{self.port}",
-               "--cgroup.kubepods-path", self.tree.kubepods,
+               "--cgroup.kubepods-path", self.tree.kubepods, "--cgroup.host-vllm=false",
                "--no-collector.nvml", "--no-collector.kubernetes",
                "--path.kmsg", "", "--vllm.timeout", "3s", "--log.level", "info"]
         with self.log.open("ab") as log:

@@ -14,6 +14,8 @@ import base64
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,8 +27,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.collectors.procfs import is_vllm_process, split_cmdline
+from exporter.paths import self_memory_cgroup
+from tests.conftest import HOSTS
+from tests.kernel import KernelUnavailable, kube_tree
 from tests.net import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,8 +92,46 @@ class Exporter:
                 for f in text_string_to_metric_families(self.scrape()) for s in f.samples]
 
 
+def quiet_host(tmp_path: Path) -> tuple[str, ...]:
+    """Flags pointing the exporter at a copy of the v1 fixture host without its vLLM
+    processes: its discovery finds nothing but what a test plants (the real /proc and
+    cgroupfs hold whatever else runs on this machine: another test's vLLM, its cgroups)."""
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
+    for entry in (root / "proc").iterdir():
+        cmdline = entry / "cmdline"
+        if entry.name.isdigit() and cmdline.is_file() and is_vllm_process(
+                split_cmdline(cmdline.read_bytes())):
+            shutil.rmtree(entry)
+    return (f"--path.procfs={root / 'proc'}", f"--path.cgroupfs={root / 'sys/fs/cgroup'}")
+
+
+def own_pid_namespace() -> list[str]:
+    """A prefix that runs a command in a PID namespace of its own with its own /proc:
+    the exporter sees the processes the test starts there, and none of the host's."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"]
+
+
 @contextlib.contextmanager
-def exporter(tmp_path: Path, *flags: str) -> Iterator[Exporter]:
+def empty_kubepods() -> Iterator[tuple[str, ...]]:
+    """Flags pinning the kubepods cgroup to an empty one of the test's own (beneath its
+    memory cgroup), so no other test's kubelet-shaped tree on this machine is found;
+    nothing where this process may not create memory cgroups."""
+    try:
+        with kube_tree() as tree:
+            tree.mkdir(tree.kubepods)
+            yield (f"--cgroup.kubepods-path={tree.kubepods}",)
+    except KernelUnavailable:
+        yield ()
+
+
+@contextlib.contextmanager
+def exporter(tmp_path: Path, *flags: str, launch: list[str] | None = None,
+             ) -> Iterator[Exporter]:
+    """``launch``: a command that ends by running the exporter (its argv appended)."""
     port = free_port()
     log = tmp_path / "headroom.log"
     cmd = [sys.executable, "-m", "exporter.cli", "serve",
@@ -95,7 +140,8 @@ def exporter(tmp_path: Path, *flags: str) -> Iterator[Exporter]:
            "--log.level", "debug", "--flight-recorder.dir", str(tmp_path / "oom"), *flags]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([*(launch or []), *cmd], cwd=REPO, stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
     ex = Exporter(port, log, proc)
     try:
         end = time.monotonic() + 30
@@ -124,25 +170,29 @@ def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
     (HTTP and KV events) it does not listen on: the exporter connects to none of them."""
     with recorder("127.0.0.1") as http, recorder("127.0.0.1") as kv:
         fake = tmp_path / "vllm"  # `python3 .../vllm serve ...`: the shape of `vllm serve`
-        fake.write_text("import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
+        ready = tmp_path / "fake-ready"
+        fake.write_text(f"import pathlib, time\npathlib.Path({str(ready)!r}).write_text('1')\n"
+                        "time.sleep(600)\n")
         kv_config = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
                                 "endpoint": f"tcp://*:{kv.port}"})
-        proc = subprocess.Popen(
-            [sys.executable, str(fake), "serve", "/models/m", "--host", "127.0.0.1",
-             "--port", str(http.port), "--kv-events-config", kv_config],
-            stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-            with exporter(tmp_path) as ex:
-                for _ in range(4):  # the first scrape scans the host; a few more to be sure
-                    ex.scrape()
-                    time.sleep(0.5)
-                log = ex.log.read_text()
-        finally:
-            proc.kill()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        fake_argv = [sys.executable, str(fake), "serve", "/models/m", "--host", "127.0.0.1",
+                     "--port", str(http.port), "--kv-events-config", kv_config]
+        # The fake and the exporter share a PID namespace of their own: the exporter's
+        # host scan finds the fake and nothing else running on this machine. The fake
+        # starts first (the exporter scans once, at its first scrape).
+        launch = [*own_pid_namespace(), "sh", "-c",
+                  f'{shlex.join(fake_argv)} & while [ ! -s {shlex.quote(str(ready))} ]; '
+                  'do sleep 0.05; done; exec "$@"', "launch"]
+        with empty_kubepods() as pinned, exporter(tmp_path, *pinned, launch=launch) as ex:
+            assert ex.proc.poll() is None and ready.exists()
+            for _ in range(4):  # the first scrape scans the host; a few more to be sure
+                ex.scrape()
+                time.sleep(0.5)
+            tracked = {lab["pod"] for n, lab, _ in ex.samples()
+                       if n == "headroom_memory_usage_bytes"}
+            log = ex.log.read_text()
+        if pinned:  # the fake was found (its cgroup, this test's), and nothing else
+            assert tracked == {"/" + self_memory_cgroup()}, tracked
     assert http.accepted == [] and kv.accepted == [], (
         f"the exporter connected to an address taken from a command line: "
         f"{len(http.accepted)} to the --port, {len(kv.accepted)} to the KV-event port\n{log}")
@@ -189,7 +239,7 @@ def vllm_with_basic_auth(body: str) -> Iterator[tuple[int, list[int]]]:
 def test_f9_credentials_never_in_labels_or_logs(tmp_path: Path) -> None:
     with vllm_with_basic_auth(VLLM_BODY) as (port, status):
         url = f"http://{USER}:{SECRET}@127.0.0.1:{port}/metrics?token={SECRET}"
-        with exporter(tmp_path, "--vllm.endpoint", url) as ex:
+        with exporter(tmp_path, "--vllm.endpoint", url, *quiet_host(tmp_path)) as ex:
             text = ex.scrape()
             up = [v for n, _, v in ex.samples() if n == "headroom_vllm_up"]
             status[0] = 500  # now it fails: the error is logged
@@ -225,7 +275,7 @@ def test_f11_model_names_bounded(tmp_path: Path) -> None:
     the exposition stays small and every label value short."""
     with vllm_with_basic_auth(many_models_body(5000)) as (port, _):
         url = f"http://{USER}:{SECRET}@127.0.0.1:{port}/metrics"
-        with exporter(tmp_path, "--vllm.endpoint", url) as ex:
+        with exporter(tmp_path, "--vllm.endpoint", url, *quiet_host(tmp_path)) as ex:
             samples = ex.samples()
     vllm = [(n, lab) for n, lab, _ in samples if n.startswith("headroom_vllm_")]
     assert 0 < len(vllm) <= 64, f"{len(vllm)} vLLM series from one pod"

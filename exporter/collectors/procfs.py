@@ -222,6 +222,7 @@ class ProcfsCollector:
         self._settings = settings
         self._clock = clock
         self._names: dict[tuple[int, str], str] = {}  # (pid, comm) -> name
+        self._first_look: set[tuple[int, str]] = set()  # names read once only
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
         self._hidden = 0
         self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
@@ -249,13 +250,22 @@ class ProcfsCollector:
             if status is None:
                 return None
             comm = status[0]
-            name = self._names.get((pid, comm))
-            if name is None:
-                # Re-read cmdline only when comm changes: vLLM retitles set both.
+            key = (pid, comm)
+            name = self._names.get(key)
+            if name is None or key in self._first_look:
+                # Re-read cmdline only when comm changes (vLLM retitles set both), and
+                # once more at the second look: a process read between fork and exec
+                # (runtimes place it in its cgroup first) showed its parent's command
+                # line, and an exec that keeps comm (python3 -> python3) changes no
+                # other field read here.
+                if name is None:
+                    self._first_look.add(key)
+                else:
+                    self._first_look.discard(key)
                 argv = split_cmdline(read_bytes(self._paths.proc_file(pid, "cmdline"),
                                                 limit=CMDLINE_MAX_BYTES))
                 name = process_name(argv, comm)
-                self._names[(pid, comm)] = name
+                self._names[key] = name
                 if is_vllm_api_server(argv):
                     # Kept per process: bounded, whatever the command line holds.
                     self._api_argv[pid] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
@@ -384,6 +394,7 @@ class ProcfsCollector:
     def _forget(self, live: set[int]) -> None:
         for key in [k for k in self._names if k[0] not in live]:
             del self._names[key]
+            self._first_look.discard(key)
         for pid in [pid for pid in self._pss if pid not in live]:
             del self._pss[pid]
         for cache in (self._api_argv, self._engines):

@@ -70,8 +70,8 @@ class PostMortem:
                 {path: (d.pod, d.young) for path, d in sample.added.items()}, sample.removed,
                 {r.path: labels_of(r, self.pods) for r in sample.found})
         victims = self.kmsg.read_victims() if self.kmsg is not None else []
-        for k in self.watcher.check(sample.counters, victims):
-            self._publish(k)
+        self.watcher.check(sample.counters, victims, sample.members, sample.departed,
+                           publish=self._publish)
 
     # On the event loop, after every scrape.
     def observe(self, snapshot: Snapshot, processes: Mapping[str, Sequence[ProcessStatus]],
@@ -94,8 +94,7 @@ class PostMortem:
         return self.watcher.pod_kills()
 
     def _publish(self, k: OomKill) -> None:
-        pod_path = next((p for p, lb in self.watcher.labels.items()
-                         if lb.workload == k.pod_workload and p != k.cgroup), None)
+        pod_path = self.watcher.pod_cgroup(k.pod_workload, besides=k.cgroup)
         pod_level: dict[str, Any] | None = None
         if pod_path is not None:
             pod_level = {"cgroup": "/" + pod_path, **self.recorder.history(pod_path)}

@@ -17,11 +17,18 @@ kill domains it follows; after every scrape with each cgroup's labels and proces
   (``young``): its counters then started at zero after headroom did, and a kill read at
   the first look is counted (a container killed before any scrape, F12).
 - **The victim** comes from the kernel log when readable (its pid confirmed, never parsed
-  from a process name: F14), its full name from the last process tables (comm is cut at
-  15 characters) when a scrape saw it; without the log, the largest process of that domain
-  that is gone is named, marked as a guess. A log victim whose counter was never seen to
-  move (the runtime removed a v1 container's cgroup first) is counted from the log, and a
-  later rise of that counter is then the same kill, not another.
+  from a process name: F14), its full name from the member tables (comm is cut at 15
+  characters); without the log, it is the largest process (by last-known RSS) that left
+  the domain since its kill counter last read lower, marked as a guess: the sampler's
+  member tables (``oom/members.py``, every pass) say who left, the scrapes' process
+  tables add the processes they saw that are dead now. While none has left yet (a victim
+  can take seconds to die on a busy node) the kill waits, up to ``GUESS_WAIT`` and
+  ``GUESS_PASSES`` sampler passes; then it is "unknown". A log victim whose counter was
+  never seen to move (the runtime removed a v1 container's cgroup first) is counted from
+  the log, and a later rise of that counter is then the same kill, not another.
+- **The document before the count**: ``check`` hands each kill to ``publish`` (the
+  flight-recorder document, written and kept) before it adds it to ``counts`` and the pod
+  count, so a scrape that shows the kill finds its document too.
 - **The pod-level count on v1**: the kernel counts nothing there, so the watcher keeps it:
   the containers' counters at first read plus every kill counted since; a container's
   kills stay in its pod's count after the runtime removes its cgroup.
@@ -32,6 +39,7 @@ Time and liveness are injected: every path is tested without a kernel
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -43,8 +51,11 @@ from exporter.collectors.cgroup import KillCounters
 from exporter.collectors.kmsg import KernelVictim
 from exporter.model import Workload
 
+log = logging.getLogger(__name__)
+
 UNKNOWN = "unknown"
 GUESS_WAIT = 2.0  # seconds to wait for the kernel log to name a counted kill
+GUESS_PASSES = 3  # ... and sampler passes (a starved sampler thread may not have run)
 VICTIM_GRACE = 2.0  # a log victim whose counter was not seen to move by then is counted
 RECENT = 30.0  # seconds a removed domain, a victim or a log-counted kill is remembered
 
@@ -103,6 +114,7 @@ def pid_alive(procfs: Path) -> Callable[[int], bool]:
 class _Domain:
     pod: str | None  # the pod-level cgroup on v1 (the count kept there), else None
     young: bool
+    read_pass: int = 0  # the pass its counters were last read (or it was first followed)
     last: KillCounters | None = None
     credit: list[float] | None = None  # times of kills counted from the log, not yet read
     removed_at: float | None = None
@@ -121,7 +133,12 @@ class OomWatcher:
         self.counts: dict[tuple[Workload, str], int] = {}
         self._domains: dict[str, _Domain] = {}
         self._pod_kills: dict[str, int] = {}  # v1 pod-level cgroup -> its kill count
-        self._pending: list[tuple[str, float]] = []  # kills to name: (domain, seen)
+        # Kills to name: (domain, seen, pass seen, pass of the previous lower read).
+        self._pending: list[tuple[str, float, int, int]] = []
+        self._pass = 0  # sampler passes (``check`` calls)
+        self._members: dict[str, tuple[ProcessEntry, ...]] = {}  # the sampler's listing
+        # (pass, time, cgroup, process) of processes that left a listed cgroup lately.
+        self._departed: deque[tuple[int, float, str, ProcessEntry]] = deque(maxlen=4096)
         self.labels: dict[str, CgroupLabels] = {}
         self._seen: dict[str, float] = {}  # cgroup -> when a scrape or listing last had it
         self._processes: dict[str, tuple[ProcessEntry, ...]] = {}
@@ -171,7 +188,7 @@ class OomWatcher:
             for path, (pod, young) in added.items():
                 d = self._domains.get(path)
                 if d is None or d.removed_at is not None:
-                    self._domains[path] = _Domain(pod, young)
+                    self._domains[path] = _Domain(pod, young, read_pass=self._pass)
                     if pod is not None:
                         self._pod_kills.setdefault(pod, 0)
             for path in removed:
@@ -183,38 +200,67 @@ class OomWatcher:
                 self._seen.setdefault(path, now)
 
     def check(self, counters: Mapping[str, KillCounters],
-              victims: Sequence[KernelVictim] = ()) -> list[OomKill]:
-        """``counters``: the domains read this pass (not necessarily all of them)."""
+              victims: Sequence[KernelVictim] = (),
+              members: Mapping[str, Sequence[ProcessEntry]] | None = None,
+              departed: Sequence[tuple[str, ProcessEntry]] = (),
+              publish: Callable[[OomKill], None] | None = None) -> list[OomKill]:
+        """One sampler pass, on the sampler thread only. ``counters``: the domains read
+        this pass (not necessarily all of them); ``members``: the cgroups listed this pass
+        and their processes; ``departed``: (cgroup, process) that left them since the
+        previous pass; ``publish`` runs for each kill before it is counted."""
         now = self._clock()
         kills: list[OomKill] = []
         with self._lock:
+            self._pass += 1
+            if members is not None:
+                self._members = {p: tuple(m) for p, m in members.items()}
+            self._departed.extend((self._pass, now, path, e) for path, e in departed)
+            while self._departed and now - self._departed[0][1] > RECENT:
+                self._departed.popleft()
             self._victims.extend((now, v) for v in victims)
             for path, c in counters.items():
                 self._count(path, c, now)
             found: list[tuple[str, OomKill]] = []
-            still: list[tuple[str, float]] = []
-            for path, seen in self._pending:
-                kill = self._name(path, now, give_up=now - seen >= GUESS_WAIT)
+            still: list[tuple[str, float, int, int]] = []
+            for path, seen, seen_pass, since in self._pending:
+                give_up = now - seen >= GUESS_WAIT and self._pass - seen_pass >= GUESS_PASSES
+                kill = self._name(path, since, now, give_up)
                 if kill is None:
-                    still.append((path, seen))
+                    still.append((path, seen, seen_pass, since))
                 else:
                     found.append((path, kill))
             self._pending = still
             found.extend(self._log_only(now))
-            for domain, k in found:
+            pods = [self._domains[d].pod if d in self._domains else None for d, _ in found]
+            self._expire(now)
+        # The document first, the count after (outside the lock: a scrape's ``observe``
+        # does not wait for a disk write): whoever sees the count move finds the document.
+        for (_, k), pod in zip(found, pods, strict=True):
+            if publish is not None:
+                try:
+                    publish(k)
+                except Exception as exc:  # the kill still counts
+                    log.error("OOM kill in %s: its document failed: %s: %s", k.cgroup,
+                              type(exc).__name__, exc)
+            with self._lock:
                 key = (k.pod_workload, k.process)
                 self.counts[key] = self.counts.get(key, 0) + 1
-                pod = self._domains[domain].pod if domain in self._domains else None
                 if pod is not None:
                     self._pod_kills[pod] = self._pod_kills.get(pod, 0) + 1
-                kills.append(k)
-            self._expire(now)
+            kills.append(k)
         return kills
+
+    def pod_cgroup(self, pod: Workload, besides: str) -> str | None:
+        """A cgroup other than ``besides`` labelled as the pod itself (its pod level)."""
+        with self._lock:
+            return next((p for p, lb in self.labels.items()
+                         if lb.workload == pod and p != besides), None)
 
     def _count(self, path: str, c: KillCounters, now: float) -> None:
         d = self._domains.get(path)
         if d is None:  # read before ``track`` named it: a tracked cgroup, never young
-            d = self._domains[path] = _Domain(None, young=False)
+            d = self._domains[path] = _Domain(None, young=False, read_pass=self._pass)
+        since, d.read_pass = d.read_pass, self._pass
         if d.last is None:
             if not d.young:
                 d.last = c  # history: the baseline (F3)
@@ -227,7 +273,7 @@ class OomWatcher:
         while n > 0 and d.credit:  # already counted from the kernel log
             d.credit.pop(0)
             n -= 1
-        self._pending.extend((path, now) for _ in range(max(0, n)))
+        self._pending.extend((path, now, self._pass, since) for _ in range(max(0, n)))
 
     def _log_only(self, now: float) -> list[tuple[str, OomKill]]:
         """Log victims no counter rise claimed within ``VICTIM_GRACE``: counted from the
@@ -266,9 +312,10 @@ class OomWatcher:
         return best
 
     def _names(self, domain: str) -> dict[int, tuple[str, int, str]]:
-        """pid -> (name, rss, cgroup) of the last scrapes' processes in the domain."""
+        """pid -> (name, rss, cgroup) of the domain's processes as the last scrapes and the
+        sampler's member listing saw them."""
         out = {}
-        for table in (self._previous, self._processes):  # newest wins
+        for table in (self._members, self._previous, self._processes):  # scrapes: RSS
             for path, procs in table.items():
                 if _within(path, domain):
                     for p in procs:
@@ -283,15 +330,34 @@ class OomWatcher:
         # The full name only from a process table of this very cgroup (a pid the log
         # names is checked against the cgroup the log puts it in).
         names = self._names(v.memcg or domain)
+        for _, _, path, e in self._departed:  # it may have left the listing already
+            if e.pid == v.pid and _within(path, v.memcg or domain):
+                names.setdefault(e.pid, (e.name, e.rss, path))
         known = names.get(v.pid)
         cgroup = known[2] if known else (v.memcg or domain)
         labels = self._labels_of(cgroup, domain)
         return OomKill(now, cgroup, labels.workload, labels.pod,
                        known[0] if known else v.comm, v.pid, "kmsg")
 
-    def _name(self, domain: str, now: float, give_up: bool) -> OomKill | None:
-        """The kill in ``domain``: from the kernel log, else the largest process that is
-        gone; None while the log may still name it (the counter can move first)."""
+    def _gone(self, domain: str, since: int) -> list[tuple[int, int, str, str]]:
+        """(rss, pid, name, cgroup) of the domain's processes that left it since pass
+        ``since`` (the kill came after that read), or that a table still lists but that
+        are dead now; the largest RSS seen for each."""
+        gone: dict[int, tuple[int, int, str, str]] = {}
+        for seq, _, path, e in self._departed:
+            if seq >= since and _within(path, domain):
+                gone[e.pid] = max(gone.get(e.pid, (0, 0, "", "")), (e.rss, e.pid, e.name, path))
+        for pid, (name, rss, path) in self._names(domain).items():
+            if pid not in gone and not self._is_alive(pid):
+                gone[pid] = (rss, pid, name, path)
+            elif pid in gone and gone[pid][2] == name and rss > gone[pid][0]:
+                gone[pid] = (rss, pid, name, gone[pid][3])  # a scrape's fresher figure
+        return list(gone.values())
+
+    def _name(self, domain: str, since: int, now: float, give_up: bool) -> OomKill | None:
+        """The kill in ``domain``: from the kernel log, else the largest process that left
+        since ``since``; None while the log may still name it (the counter can move
+        first) or no process has left yet (the victim is still dying)."""
         for entry in self._victims:
             v = entry[1]
             if v.memcg and _within(v.memcg, domain):
@@ -299,8 +365,7 @@ class OomWatcher:
                 return self._from_victim(domain, v, now)
         if not give_up and self._kmsg:
             return None
-        gone = [(rss, pid, name, path) for pid, (name, rss, path) in self._names(domain).items()
-                if not self._is_alive(pid)]
+        gone = self._gone(domain, since)
         if not gone and not give_up:
             return None
         if gone:
