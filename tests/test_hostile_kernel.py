@@ -81,8 +81,12 @@ def procs() -> Iterator[Procs]:
 def real_args(tree: KubeTree, *extra: str, host_scan: bool = False) -> list[str]:
     """``host_scan``: the scan of the host's /proc for vLLM processes, for the tests of
     that scan only (it then finds this machine's vLLMs too: their cgroups' series, which
-    those tests do not read; the vLLM collector is off, so nothing is probed)."""
+    those tests do not read; the vLLM collector is off, so nothing is probed).
+    A generous collector timeout: these tests check what a hostile node does to the
+    figures, not how fast a loaded (or emulated) machine reads them; a first scrape of a
+    busy guest took 5.02 s against the default 5 s."""
     return [f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
+            f"--collector.timeout={round(30 * SLOW)}s",
             f"--cgroup.host-vllm={str(host_scan).lower()}",
             "--no-collector.nvml", "--no-collector.vllm", "--path.kmsg=", *extra]
 
