@@ -150,10 +150,15 @@ class PromClient:
         async with self._slots:
             try:
                 async with self._session.post(f"{self.url}{path}", data=dict(form)) as resp:
-                    raw = await resp.content.read(self.max_bytes + 1)
-                    if len(raw) > self.max_bytes:
-                        raise PromError(f"{self.url}: answer larger than "
-                                        f"{self.max_bytes >> 20} MiB; narrow the query")
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > self.max_bytes:
+                            raise PromError(f"{self.url}: answer larger than "
+                                            f"{self.max_bytes >> 20} MiB; narrow the query")
+                        chunks.append(chunk)
+                    raw = b"".join(chunks)
                     try:
                         body = json.loads(raw)
                     except ValueError:
