@@ -245,7 +245,7 @@ async def fetch(prom: PromClient, namespace: str, pod: str, extra: str, at: floa
     kill_series = await prom.query_range(
         f"max by (container, process) ({c.OOM_KILLS_TOTAL.name}{selector(namespace, pod, extra)})",
         at - DAY_S, at, KILL_STEP)
-    kills = tuple(_with_kill_time(k, kill_series, hist, w) for k in ev.kills)
+    kills = tuple(_with_kill_time(k, kill_series, hist) for k in ev.kills)
     return dataclasses.replace(ev, forecasts=forecasts, kills=kills)
 
 
@@ -308,41 +308,31 @@ def kill_time(points: Sequence[tuple[float, float]], start: float, step: float
 
 
 def _with_kill_time(k: KillEvidence, series: Sequence[RangeSeries],
-                    hist: Sequence[fc.History], w: fc.Windows) -> KillEvidence:
+                    hist: Sequence[fc.History]) -> KillEvidence:
     pts = next((r.points for r in series if printable(r.labels.get("container", "")) ==
                 k.container and printable(r.labels.get("process", "")) == k.process), ())
     start = pts[0][0] - KILL_STEP if pts else 0.0
     when = kill_time(pts, start, KILL_STEP) if k.last_day else None
     if when is None:
         return k
-    text, rate = before_kill(hist, k.container, when, w)
+    text, rate = before_kill(hist, k.container, when)
     return dataclasses.replace(k, when=when, grew=text, grew_rate=rate)
 
 
-def before_kill(hist: Sequence[fc.History], container: str, when: float, w: fc.Windows
+def before_kill(hist: Sequence[fc.History], container: str, when: float
                 ) -> tuple[str, float | None]:
     """What grew in the half hour before a kill and how fast: the process (else kind)
-    that rose most, its rise and its slope over the climb."""
+    that rose most (the post-mortem page's headline reads the same function)."""
     h = next((h for h in hist if h.container == container), None) or next(
         (h for h in hist if h.container == ""), None)
     if h is None:
         return "", None
-    best: tuple[float, str, float] | None = None
-    for label, pts in [*((p, v) for p, v in h.processes.items()),
-                       *((f"{k} (no process)", v) for k, v in h.kinds.items())]:
-        win = [(t, v) for t, v in pts if when - BEFORE_KILL <= t <= when]
-        if len(win) < 2:
-            continue
-        low_i = min(range(len(win)), key=lambda i: win[i][1])
-        rise = max(v for _, v in win[low_i:]) - win[low_i][1]
-        top_t = max(win[low_i:], key=lambda p: p[1])[0]
-        if rise > 0 and (best is None or rise > best[0]):
-            dur = max(top_t - win[low_i][0], RANGE_STEP)
-            best = (rise, label, rise / dur)
-    if best is None:
+    series = {**h.processes, **{f"{k} (no process)": v for k, v in h.kinds.items()}}
+    r = fc.rose_most(series, when, BEFORE_KILL, RANGE_STEP)
+    if r is None:
         return "nothing rose in the half hour before it", None
-    rise, label, rate = best
-    return (f"{label} +{fmt_bytes(rise)} before it ({fmt_rate(rate)})", rate)
+    return (f"{r.name} +{fmt_bytes(r.rise)} in the {fmt_duration(when - r.start)} "
+            f"before it ({fmt_rate(r.rate)})", r.rate)
 
 
 async def explain(url: str, target: str, auth: PromAuth, extra: str = "",

@@ -348,3 +348,51 @@ def mark_binding(forecasts: Iterable[Forecast]) -> list[Forecast]:
     return [Forecast(f.namespace, f.pod, f.container, f.limit, f.unreclaimable,
                      f.key in chosen, f.growth, f.envelope, f.time_to_limit, f.horizon,
                      f.grower, f.source) for f in fs]
+
+
+# --- what grew before a kill --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rise:
+    """What rose most before a moment: its name, by how much, and how fast."""
+
+    name: str
+    rise: float  # bytes, from its lowest point in the window to its highest after it
+    rate: float  # B/s over that climb
+    start: float  # when the climb began (the lowest point)
+
+
+def rose_most(series: Mapping[str, Sequence[Point]], until: float, window: float,
+              min_span: float = 1.0) -> Rise | None:
+    """The series (process or kind) that rose most in ``window`` seconds before ``until``:
+    explain's "what grew before the kill" and the post-mortem page's headline."""
+    best: Rise | None = None
+    for name, pts in series.items():
+        win = [(t, v) for t, v in pts if until - window <= t <= until and math.isfinite(v)]
+        if len(win) < 2:
+            continue
+        low = min(range(len(win)), key=lambda i: win[i][1])
+        after = win[low:]
+        top_t, top_v = max(after, key=lambda p: p[1])
+        rise = top_v - win[low][1]
+        if rise > 0 and (best is None or rise > best.rise):
+            best = Rise(name, rise, rise / max(top_t - win[low][0], min_span), win[low][0])
+    return best
+
+
+def climb_start(points: Sequence[Point], until: float, share: float = 0.1) -> float | None:
+    """When the last climb to ``until`` began: the last moment the figure was within
+    ``share`` of its range above its lowest value (the axis of the post-mortem zooms
+    there)."""
+    pts = [(t, v) for t, v in points if t <= until and math.isfinite(v)]
+    if len(pts) < 2:
+        return None
+    low = min(v for _, v in pts)
+    end = pts[-1][1]
+    if end <= low:
+        return None
+    level = low + share * (end - low)
+    start = pts[0][0]
+    for t, v in pts:
+        if v <= level:
+            start = t
+    return start
