@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.oncall.forecast import Forecast, tightest
+from exporter.oncall.forecast import Forecast, grower_text, tightest
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -178,6 +178,7 @@ class Closeness:
     reclaim_per_s: float | None
     horizon: str | None = None  # the forecast's horizon that gives time_to_limit_s
     source: str = "trends"  # recorded / local (the rules' mirror) / trends
+    grower: str = ""  # the forecast's top grower: "EngineCore anon", "dev_shm, no process"
 
 
 
@@ -599,6 +600,7 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     fg = _forecast_grower(ev, cg.container)
     if fg:
         what = fg
+        close = dataclasses.replace(close, grower=fg)
     if close.source in ("recorded", "local"):
         rate = close.lasting_rate
     else:
@@ -659,11 +661,7 @@ HORIZON_WORDS = {"short": "climbing for minutes", "medium": "climbing for hours"
 
 def _forecast_grower(ev: Evidence, container: str) -> str:
     f = next((f for f in ev.forecasts if f.container == container and f.grower), None)
-    if f is None or f.grower is None:
-        return ""
-    g = f.grower
-    kind = "/dev/shm" if g.kind == "dev_shm" else g.kind
-    return f"{printable(g.process, 40)} {kind}" if g.process else f"{kind}, no process"
+    return printable(grower_text(f.grower), 60) if f is not None else ""
 
 
 def fit(text: str, width: int = 80) -> str:

@@ -19,6 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,9 @@ TOP_GROWER = "headroom:memory_top_grower:rate"
 CONTRACT = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT,
             TOP_GROWER)
 HORIZONS = ("short", "medium", "lasting")
-GROWER_KINDS = ("anon", "shmem", "dev_shm", "kernel", "hidden")
+# In order of preference on a tie: /dev/shm files are shmem too, and the more specific
+# name says where to look.
+GROWER_KINDS = ("dev_shm", "anon", "shmem", "kernel", "hidden")
 
 RECORDED, LOCAL = "recorded", "local"
 
@@ -90,6 +93,14 @@ class Forecast:
         if self.horizon is not None and self.horizon in self.growth:
             return self.growth[self.horizon]
         return max(self.growth.values(), default=None)
+
+
+def grower_text(g: Grower | None) -> str:
+    """One wording on every surface: "EngineCore anon", "/dev/shm (no process)"."""
+    if g is None:
+        return "-"
+    kind = "/dev/shm" if g.kind == "dev_shm" else g.kind
+    return f"{g.process} {kind}" if g.process else f"{kind} (no process)"
 
 
 def tightest(cgroups: Iterable[Forecast], config: Config = CONFIG) -> Forecast | None:
@@ -200,9 +211,17 @@ class Windows:
                    config.min_baseline_rise_bytes, config.min_baseline_rise_ratio)
 
 
+def between(points: Sequence[Point], start: float, end: float) -> Sequence[Point]:
+    """The points in (start, end] of points sorted by time (a binary search: top and the
+    post-mortem call this for every series on every refresh)."""
+    lo = bisect.bisect_right(points, start, key=lambda p: p[0])
+    hi = bisect.bisect_right(points, end, key=lambda p: p[0])
+    return points[lo:hi]
+
+
 def slope(points: Sequence[Point], start: float, end: float) -> float | None:
     """PromQL ``deriv``: the least-squares slope of the points in (start, end]."""
-    pts = [(t, v) for t, v in points if start < t <= end]
+    pts = between(points, start, end)
     if len(pts) < 2:
         return None
     n = len(pts)
@@ -230,7 +249,7 @@ def sustained(points: Sequence[Point], now: float, window: float, sustain: float
 
 
 def _extreme(points: Sequence[Point], start: float, end: float, pick: str) -> float | None:
-    vs = [v for t, v in points if start < t <= end]
+    vs = [v for _, v in between(points, start, end)]
     if not vs:
         return None
     return min(vs) if pick == "min" else max(vs)
@@ -238,18 +257,20 @@ def _extreme(points: Sequence[Point], start: float, end: float, pick: str) -> fl
 
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
     """The days-scale rise: the floor (lowest figure of the last baseline window against
-    the one before) and the envelope of the peaks (highest against highest), the larger
-    rise over the window in B/s, when it passes the rules' minimum rise. A daily swing
-    moves neither; a leak under it moves both."""
+    the one before) and the envelope of the peaks (highest against highest) must both
+    rise, by more than the rules' minimum; the smaller rise over the window, in B/s. A
+    daily swing moves neither, a leak under it moves both; one peak (a climb into a kill,
+    a batch) moves only the envelope and is no lasting rise."""
     if not points or now - points[0][0] < 1.9 * w.baseline:
         return None
     rises = []
     for pick in ("min", "max"):
         a = _extreme(points, now - w.baseline, now, pick)
         b = _extreme(points, now - 2 * w.baseline, now - w.baseline, pick)
-        if a is not None and b is not None:
-            rises.append(a - b)
-    rise = max(rises, default=0.0)
+        if a is None or b is None:
+            return None
+        rises.append(a - b)
+    rise = min(rises)
     if rise <= max(w.min_rise_bytes, w.min_rise_ratio * limit):
         return None
     return rise / w.baseline
@@ -298,8 +319,10 @@ def top_grower(kinds: Mapping[str, Sequence[Point]], processes: Mapping[str, Seq
     def rate(points: Sequence[Point]) -> float:
         return growth(points, now, w, limit).get(horizon, 0.0)
 
-    kind_rates = {k: rate(p) for k, p in kinds.items() if k in GROWER_KINDS}
+    kind_rates = {k: rate(kinds[k]) for k in GROWER_KINDS if k in kinds}
     kind = max(kind_rates, key=lambda k: kind_rates[k], default="")
+    if kind == "shmem" and kind_rates.get("dev_shm", 0.0) >= 0.9 * kind_rates["shmem"] > 0:
+        kind = "dev_shm"  # the shmem that grows is /dev/shm's files: say where
     proc_rates = {name: rate(p) for name, p in processes.items()}
     proc = max(proc_rates, key=lambda n: proc_rates[n], default="")
     if proc and proc_rates[proc] > 0:
@@ -370,12 +393,15 @@ def rose_most(series: Mapping[str, Sequence[Point]], until: float, window: float
         win = [(t, v) for t, v in pts if until - window <= t <= until and math.isfinite(v)]
         if len(win) < 2:
             continue
-        low = min(range(len(win)), key=lambda i: win[i][1])
-        after = win[low:]
-        top_t, top_v = max(after, key=lambda p: p[1])
-        rise = top_v - win[low][1]
+        # The highest point, and the last lowest point before it: where the climb began
+        # (a flat stretch before a climb is not part of it).
+        top = max(range(len(win)), key=lambda i: win[i][1])
+        floor = min(v for _, v in win[: top + 1])
+        low = max(i for i in range(top + 1) if win[i][1] == floor)
+        rise = win[top][1] - floor
         if rise > 0 and (best is None or rise > best.rise):
-            best = Rise(name, rise, rise / max(top_t - win[low][0], min_span), win[low][0])
+            best = Rise(name, rise, rise / max(win[top][0] - win[low][0], min_span),
+                        win[low][0])
     return best
 
 

@@ -381,17 +381,10 @@ class Row:
         return f"{self.namespace}/{self.pod}" if self.namespace else self.pod
 
 
-def grower_text(g: fc.Grower | None) -> str:
-    if g is None:
-        return "-"
-    kind = "/dev/shm" if g.kind == "dev_shm" else g.kind
-    return f"{g.process} {kind}" if g.process else kind
-
-
 def row_of(f: fc.Forecast, shm: float | None = None, orphaned: float | None = None,
            kv: float | None = None, kill: KillMark | None = None) -> Row:
     return Row(f.namespace, f.pod, f.container or "(pod)", f.limit, f.unreclaimable,
-               finite(f.rate), finite(f.time_to_limit), f.horizon, grower_text(f.grower),
+               finite(f.rate), finite(f.time_to_limit), f.horizon, fc.grower_text(f.grower),
                shm, orphaned, kv, kill)
 
 
@@ -452,6 +445,7 @@ class State:
     kills: dict[Key, KillMark] = field(default_factory=dict)
     updated: float = 0.0
     reads: int = 0
+    forecast_at: float | None = None  # when the local forecast was last computed
     note: str = ""  # e.g. the windows' scale
 
 
@@ -586,7 +580,7 @@ def _draw_detail(st: State, width: int, now: float) -> list[Line]:
         out.append((_fit(f"{pad(label, 12)} {human_bytes(f.unreclaimable) + '/' + human_bytes(f.limit):>20} "
                          f"{f.ratio:>5.0%} "
                          f"{human_rate(f.rate) if f.rate else '-':>13} "
-                         f"{human_duration(f.time_to_limit):>9}  {grower_text(f.grower)}",
+                         f"{human_duration(f.time_to_limit):>9}  {fc.grower_text(f.grower)}",
                          width), "bad" if f.binding else ""))
     out.append((_fit("* binding: the cgroup the kernel will OOM-kill in first", width),
                 "dim"))
@@ -808,7 +802,12 @@ def apply(st: State, read: Read) -> None:
     st.updated = read.when
     st.pods = read.pods
     st.hist.observe(read.when, read.pods)
-    st.cgroups = local_forecasts(read.pods, st.hist, read.when)
+    # As the rules do: a forecast per evaluation step, not per read (each costs a pass
+    # over every series); a pod that came or went is forecast at once.
+    if (st.forecast_at is None or read.when - st.forecast_at >= st.hist.windows.step
+            or set(read.pods) != set(st.cgroups)):
+        st.cgroups = local_forecasts(read.pods, st.hist, read.when)
+        st.forecast_at = read.when
     st.kills = track_kills(st.kills, read.pods, read.when, first)
     st.rows = local_rows(read.pods, st.cgroups, st.kills)
 
