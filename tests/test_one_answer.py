@@ -148,7 +148,9 @@ def fresh_kill() -> Scenario:
         vllm = Cg(6 * GiB, {"APIServer": GiB, "EngineCore": min(engine, 4.9 * GiB),
                             "Worker_TP0": 0.0})
         return Moment({"vllm": vllm}, 6 * GiB, kills=1.0 if t >= kill else 0.0)
-    return Scenario("vllm-killed-0", at, "at_risk", None, "vllm", "-")
+    # No horizon forecasts a kill (the floor did not rise, nothing climbs now); the top
+    # grower (the last hour's deriv, as the rule reads it) is still the climb.
+    return Scenario("vllm-killed-0", at, "at_risk", None, "vllm", "EngineCore anon")
 
 
 SCENARIOS = (fast_climb(), slow_leak(), sidecar_leak(), orphaned_shm(), fresh_kill())

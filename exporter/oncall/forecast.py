@@ -104,20 +104,26 @@ def grower_text(g: Grower | None) -> str:
 
 
 def tightest(cgroups: Iterable[Forecast], config: Config = CONFIG) -> Forecast | None:
-    """The binding cgroup of one pod: the one the recording rule marks, else (a mirror of
-    that rule) the smallest headroom, where a container within the owner tolerance of the
-    pod-level cgroup's headroom wins the tie (a single-container pod's pod cgroup is its
-    container plus a few MiB: its processes explain the growth)."""
+    """The binding cgroup of one pod, for a surface that shows one: of the cgroups the
+    binding rule marks (a container within the tolerance and the pod level may both be),
+    the container first; with none marked (the rule's mirror) the smallest headroom, a
+    container within the owner tolerance of the pod-level cgroup's headroom winning the
+    tie (a single-container pod's pod cgroup is its container plus a few MiB)."""
     cs = list(cgroups)
     marked = [f for f in cs if f.binding]
     if marked:
-        return min(marked, key=lambda f: (f.headroom, f.container == ""))
+        return min(marked, key=lambda f: (f.container == "", f.headroom))
     best = min(cs, key=lambda f: (f.headroom, f.container == ""), default=None)
     if best is None or best.container != "":
         return best
-    slack = max(config.owner_tolerance_ratio * best.limit, config.owner_tolerance_bytes)
+    slack = tolerance(best.limit, config)
     near = [f for f in cs if f.container and f.headroom <= best.headroom + slack]
     return min(near, key=lambda f: f.headroom, default=best)
+
+
+def tolerance(pod_limit: float, config: Config = CONFIG) -> float:
+    """How much more headroom than the pod cgroup a container may have and still bind."""
+    return max(config.owner_tolerance_ratio * pod_limit, config.owner_tolerance_bytes)
 
 
 # --- reading the recorded series ---------------------------------------------------------------
@@ -188,6 +194,28 @@ def by_pod(cgroups: Mapping[Workload, Forecast]) -> dict[tuple[str, str], list[F
 
 
 # --- the local mirror of the rules ---------------------------------------------------------------
+# alerts/rules.py records, every evaluation (1 min; the lasting group every 5 min):
+#   short  = min_over_time(deriv(u[short_window])[short_sustain]) > 0, once u spans both
+#   medium = the same over the medium windows
+#   lasting = min(floor rise, envelope rise) per day, above max(min bytes, ratio * limit);
+#             floor = the lowest figure over a day, envelope = the highest over the day
+#             before the last hour, each against the same one day earlier
+#   time to limit per horizon = (limit - level) / rate, level = the peak of the last
+#             peak window (short, medium) or the envelope when above it (lasting);
+#             the soonest binds
+#   top grower = the kind with the largest growth; when it is anon or shmem, the process
+#             with the largest positive growth (the kind's otherwise)
+# Where this mirror and the rules of the forecast branch (0283219) differ, by design of
+# the contract ("the soonest credible forecast"; the grower "at the binding horizon"):
+#   - a short or medium forecast counts only beyond the peaks' envelope plus a day of
+#     the lasting trend (the page's own confirmation; the rule's time to limit takes any horizon: a daily swing's
+#     afternoon then reads as a medium-horizon kill in hours);
+#   - the grower's growth is taken at the binding horizon (the rule takes the last
+#     hour's deriv: a slow leak under a daily swing names the swing's process).
+# Each function below is one of those rules over points read locally.
+HOUR_S = 3600.0
+
+
 @dataclass(frozen=True)
 class Windows:
     """The rules' windows (seconds), from the one config object."""
@@ -198,17 +226,21 @@ class Windows:
     medium_sustain: float
     baseline: float
     step: float  # the rules' evaluation interval (subquery resolution)
-    critical_horizon: float  # a short-horizon forecast counts within this (the page's)
-    warning_horizon: float  # a medium-horizon forecast counts within this
+    peak: float  # short and medium forecasts start from the peak of this window
+    hour: float  # the lasting group's hourly minima and maxima; the grower's deriv
     min_rise_bytes: float
     min_rise_ratio: float
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
+        scale = DAY_S / config.baseline_window_s  # CONFIG.scaled() shrinks the hour too
         return cls(config.short_window_s, config.short_sustain_s, config.medium_window_s,
                    config.medium_sustain_s, config.baseline_window_s, step,
-                   config.fill_critical_horizon_s, config.fill_warning_horizon_s,
-                   config.min_baseline_rise_bytes, config.min_baseline_rise_ratio)
+                   config.peak_window_s, HOUR_S / scale, config.min_baseline_rise_bytes,
+                   config.min_baseline_rise_ratio)
+
+
+DAY_S = 86400.0
 
 
 def between(points: Sequence[Point], start: float, end: float) -> Sequence[Point]:
@@ -231,17 +263,17 @@ def slope(points: Sequence[Point], start: float, end: float) -> float | None:
     return sum((t - mt) * (v - mv) for t, v in pts) / den if den else None
 
 
-def sustained(points: Sequence[Point], now: float, window: float, sustain: float,
+def sustained(points: Sequence[Point], now: float, span: float, sustain: float,
               step: float) -> float | None:
-    """``min_over_time(deriv(u[window])[sustain:step])``, once the series spans 90% of
-    window + sustain: the slowest slope of the sustain window, so only a climb that
-    lasted counts."""
-    if not points or now - points[0][0] < 0.9 * (window + sustain):
+    """``min_over_time(deriv(u[span])[sustain])`` at the rules' step, once the series
+    reaches back span + sustain: the slowest slope of the sustain window, so only a
+    climb that lasted counts."""
+    if not points or points[0][0] > now - (span + sustain) + step / 2:
         return None
     slopes = []
     t = now - sustain + step
     while t <= now + 1e-9:
-        s = slope(points, t - window, t)
+        s = slope(points, t - span, t)
         if s is not None:
             slopes.append(s)
         t += step
@@ -255,30 +287,36 @@ def _extreme(points: Sequence[Point], start: float, end: float, pick: str) -> fl
     return min(vs) if pick == "min" else max(vs)
 
 
+def envelope(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
+             ) -> float | None:
+    """The level the recurring peaks reach: the highest figure over the day before the
+    last hour (hourly maxima over a day, offset an hour)."""
+    end = now - w.hour - days_ago * w.baseline
+    return _extreme(points, end - w.baseline - w.hour, end, "max")
+
+
+def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
+          ) -> float | None:
+    end = now - days_ago * w.baseline
+    return _extreme(points, end - w.baseline - w.hour, end, "min")
+
+
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
-    """The days-scale rise: the floor (lowest figure of the last baseline window against
-    the one before) and the envelope of the peaks (highest against highest) must both
-    rise, by more than the rules' minimum; the smaller rise over the window, in B/s. A
-    daily swing moves neither, a leak under it moves both; one peak (a climb into a kill,
-    a batch) moves only the envelope and is no lasting rise."""
-    if not points or now - points[0][0] < 1.9 * w.baseline:
+    """The days-scale rise: the floor and the envelope of the peaks must both rise day
+    over day (the smaller rise counts), by more than the rules' minimum. A daily swing
+    moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
+    kill, or a warm-up, moves only one."""
+    if not points or points[0][0] > now - (2 * w.baseline - w.hour):
         return None
-    rises = []
-    for pick in ("min", "max"):
-        a = _extreme(points, now - w.baseline, now, pick)
-        b = _extreme(points, now - 2 * w.baseline, now - w.baseline, pick)
-        if a is None or b is None:
-            return None
-        rises.append(a - b)
+    fa, fb = floor(points, now, w), floor(points, now, w, 1)
+    ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
+    rises = [a - b for a, b in ((fa, fb), (ea, eb)) if a is not None and b is not None]
+    if not rises:
+        return None
     rise = min(rises)
     if rise <= max(w.min_rise_bytes, w.min_rise_ratio * limit):
         return None
     return rise / w.baseline
-
-
-def envelope(points: Sequence[Point], now: float, w: Windows) -> float | None:
-    """The level the recurring peaks reach: the highest figure of the baseline window."""
-    return _extreme(points, now - w.baseline, now, "max")
 
 
 def growth(points: Sequence[Point], now: float, w: Windows, limit: float
@@ -291,51 +329,64 @@ def growth(points: Sequence[Point], now: float, w: Windows, limit: float
     return {h: r for h, r in out.items() if r is not None and r > 0}
 
 
-def time_to_limit(limit: float, unreclaimable: float, rates: Mapping[str, float],
-                  peak: float | None, w: Windows) -> tuple[float | None, str | None]:
-    """The soonest credible forecast and its horizon: a short-horizon climb counts within
-    the page's horizon, a medium one within the warning's, a lasting one always (from the
-    peaks' envelope: the next peak is what hits the limit)."""
+def time_to_limit(limit: float, recent_peak: float, rates: Mapping[str, float],
+                  peaks: float | None, day: float = DAY_S) -> tuple[float | None, str | None]:
+    """The soonest credible forecast and its horizon: short and medium from the recent
+    peak, credible only beyond the peaks' envelope plus a day of the lasting trend (a
+    climb the recurring peaks already reach is the daily swing's: the page's own
+    confirmation); the lasting one from the
+    envelope when it is above the recent peak (the next peak is what hits the limit).
+    Within ``TIE`` the longer horizon names it."""
     best: tuple[float | None, str | None] = (None, None)
-    for h in HORIZONS:
-        r = rates.get(h)
+    for h in reversed(HORIZONS):  # a steady leak reads the same at every horizon: the
+        r = rates.get(h)          # longest says what it is, a shorter must be sooner
         if r is None or r <= 0:
             continue
-        level = max(unreclaimable, peak or 0.0) if h == "lasting" else unreclaimable
+        if h != "lasting" and peaks is not None and \
+                recent_peak <= peaks + rates.get("lasting", 0.0) * day:
+            continue
+        level = max(recent_peak, peaks or 0.0) if h == "lasting" else recent_peak
         t = max(0.0, limit - level) / r
-        credible = {"short": w.critical_horizon, "medium": w.warning_horizon}.get(h, math.inf)
-        if t <= credible and (best[0] is None or t < best[0]):
+        if best[0] is None or t < TIE * best[0]:
             best = (t, h)
     return best
 
 
+TIE = 0.95  # forecasts within 5% of each other are one forecast
+
+
 def top_grower(kinds: Mapping[str, Sequence[Point]], processes: Mapping[str, Sequence[Point]],
                now: float, w: Windows, limit: float, horizon: str | None) -> Grower | None:
-    """The kind and the process whose growth at ``horizon`` is largest (the mirror of the
-    top-grower rule)."""
-    if horizon is None:
-        return None
-
-    def rate(points: Sequence[Point]) -> float:
+    """The kind with the largest growth at the horizon that binds (the lasting rise for a
+    slow leak: a daily swing's afternoon is not what grows) and, when it is a process's
+    (anon, shmem), the process that grows most; the last hour's slope when no horizon
+    forecasts a kill."""
+    def rate(points: Sequence[Point]) -> float | None:
+        if horizon is None:
+            return slope(points, now - w.hour, now)
         return growth(points, now, w, limit).get(horizon, 0.0)
 
-    kind_rates = {k: rate(kinds[k]) for k in GROWER_KINDS if k in kinds}
+    kind_rates = {k: r for k in GROWER_KINDS if k in kinds
+                  and (r := rate(kinds[k])) is not None}
+    proc_rates = {n: r for n, p in processes.items() if (r := rate(p)) is not None}
     kind = max(kind_rates, key=lambda k: kind_rates[k], default="")
-    if kind == "shmem" and kind_rates.get("dev_shm", 0.0) >= 0.9 * kind_rates["shmem"] > 0:
-        kind = "dev_shm"  # the shmem that grows is /dev/shm's files: say where
-    proc_rates = {name: rate(p) for name, p in processes.items()}
+    if kind in ("shmem", "hidden") and kind_rates.get("dev_shm", 0.0) >= \
+            0.9 * kind_rates[kind] > 0:
+        kind = "dev_shm"  # what grows is /dev/shm's files (shmem, unmapped): say where
     proc = max(proc_rates, key=lambda n: proc_rates[n], default="")
-    if proc and proc_rates[proc] > 0:
-        return Grower(kind or "anon", proc, proc_rates[proc])
-    if kind and kind_rates[kind] > 0:
+    proc_grows = bool(proc) and proc_rates[proc] > 0
+    if kind in ("anon", "shmem") and proc_grows:
+        return Grower(kind, proc, proc_rates[proc])
+    if kind:
         return Grower(kind, "", kind_rates[kind])
-    return None
+    return Grower("anon", proc, proc_rates[proc]) if proc_grows else None
 
 
 @dataclass(frozen=True)
 class History:
     """What a surface read of one cgroup: its unreclaimable figure over time, and the
-    kinds and processes (anon + mapped shmem) that may explain its growth."""
+    kinds (anon, shmem, kernel, dev_shm) and processes (anon + mapped shmem) that may
+    explain its growth."""
 
     namespace: str
     pod: str
@@ -346,6 +397,17 @@ class History:
     processes: Mapping[str, Sequence[Point]] = field(default_factory=dict)
 
 
+def hidden(h: History) -> Sequence[Point]:
+    """Unreclaimable memory no process accounts for, where the reads line up in time."""
+    if not h.processes:
+        return ()
+    held: dict[float, float] = {}
+    for pts in h.processes.values():
+        for t, v in pts:
+            held[t] = held.get(t, 0.0) + v
+    return tuple((t, max(0.0, u - held[t])) for t, u in h.unreclaimable if t in held)
+
+
 def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast | None:
     """The recorded series' definition over points read locally (see the module doc)."""
     w = w or Windows.of()
@@ -354,20 +416,34 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     u = h.unreclaimable[-1][1]
     rates = growth(h.unreclaimable, now, w, h.limit)
     peak = envelope(h.unreclaimable, now, w)
-    ttl, horizon = time_to_limit(h.limit, u, rates, peak, w)
-    grower = top_grower(h.kinds, h.processes, now, w, h.limit,
-                        horizon or max(rates, key=lambda k: rates[k], default=None))
+    recent = _extreme(h.unreclaimable, now - w.peak, now, "max") or u
+    ttl, horizon = time_to_limit(h.limit, recent, rates, peak, w.baseline)
+    kinds = {**h.kinds, "hidden": hidden(h)}
     return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peak, ttl,
-                    horizon, grower, LOCAL)
+                    horizon, top_grower(kinds, h.processes, now, w, h.limit, horizon), LOCAL)
 
 
-def mark_binding(forecasts: Iterable[Forecast]) -> list[Forecast]:
-    """The binding rule's mirror: per pod, the tightest cgroup gets ``binding``."""
+def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:
+    """The binding rule's mirror: a container whose headroom is within the tolerance of
+    the pod cgroup's binds (or any container, without a pod-level series); the pod-level
+    cgroup binds when one of its containers does not (pod-level resources), or it has no
+    container series."""
     fs = list(forecasts)
     pods: dict[tuple[str, str], list[Forecast]] = {}
     for f in fs:
         pods.setdefault((f.namespace, f.pod), []).append(f)
-    chosen = {b.key for cs in pods.values() if (b := tightest(cs)) is not None}
+    chosen: set[Workload] = set()
+    for cs in pods.values():
+        pod = next((f for f in cs if f.container == ""), None)
+        conts = [f for f in cs if f.container]
+        if pod is None:
+            chosen |= {f.key for f in conts}
+            continue
+        slack = tolerance(pod.limit, config)
+        within = [f for f in conts if f.headroom <= pod.headroom + slack]
+        chosen |= {f.key for f in within}
+        if len(within) < len(conts) or not conts:
+            chosen.add(pod.key)
     return [Forecast(f.namespace, f.pod, f.container, f.limit, f.unreclaimable,
                      f.key in chosen, f.growth, f.envelope, f.time_to_limit, f.horizon,
                      f.grower, f.source) for f in fs]

@@ -251,7 +251,9 @@ class Histories:
 
     @property
     def keep(self) -> float:
-        return 2 * self.windows.baseline + self.windows.step
+        """The reach of the rules' longest range: two days of floors and envelopes, each
+        an hour wider (the hourly minima and maxima), and the envelope's hour offset."""
+        return 2 * self.windows.baseline + 3 * self.windows.hour + self.windows.step
 
     def _add(self, key: tuple[str, ...], now: float, value: float | None) -> None:
         if value is None or not math.isfinite(value):
