@@ -265,7 +265,7 @@ first_screen = [
         f"Orange from {MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
         f"({CONFIG.min_baseline_rise_bytes >> 20} MiB) per {BASELINE}. 'nothing grows' "
         "when nothing does; 'rules missing' without the shipped recording rules.",
-        [Q(f"max by (process, kind) ({of_binding(pod_rule(fc.TOP_GROWER, CGROUPS))})\n"
+        [Q(f"max by (process, kind) ({of_binding(pod_rule(fc.TOP_GROWER, CGROUPS))} > 0)\n"
            f"or on ()\n{RULES_MISSING}", "{{process}} {{kind}}", instant=True)],
         unit="binBps", w=4, h=4, instant=True, text_mode="value_and_name", mappings=MISSING,
         steps=thresholds(("green", 0), ("orange", MIN_GROWTH_BPS)), no_value="nothing grows",

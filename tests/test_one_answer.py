@@ -394,7 +394,7 @@ def dashboard_answer(st: Stack, sc: Scenario) -> Answer:
     grower = "-"
     if grow is not None:
         process, _, kind = grow[0].rpartition(" ")
-        grower = fc.grower_text(fc.Grower(kind, process, grow[1]))
+        grower = fc.grower_text(fc.growing(fc.Grower(kind, process, grow[1])))
     return Answer("dashboard", None, ttl[1] if ttl else None, ttl[0] if ttl else None,
                   grower)
 

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.oncall.forecast import Forecast, grower_text, tightest
+from exporter.oncall.forecast import Forecast, grower_text, growing, tightest
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -660,7 +660,8 @@ HORIZON_WORDS = {"short": "climbing for minutes", "medium": "climbing for hours"
 
 
 def _forecast_grower(ev: Evidence, container: str) -> str:
-    f = next((f for f in ev.forecasts if f.container == container and f.grower), None)
+    f = next((f for f in ev.forecasts if f.container == container and growing(f.grower)),
+             None)
     return printable(grower_text(f.grower), 60) if f is not None else ""
 
 

@@ -103,6 +103,12 @@ def grower_text(g: Grower | None) -> str:
     return f"{g.process} {kind}" if g.process else f"{kind} (no process)"
 
 
+def growing(g: Grower | None) -> Grower | None:
+    """The grower as a surface shows it: only while it grows (the rule names one on
+    every binding cgroup, a falling kind included)."""
+    return g if g is not None and g.rate > 0 else None
+
+
 def tightest(cgroups: Iterable[Forecast], config: Config = CONFIG) -> Forecast | None:
     """The binding cgroup of one pod, for a surface that shows one: of the cgroups the
     binding rule marks (a container within the tolerance and the pod level may both be),

@@ -386,8 +386,8 @@ class Row:
 def row_of(f: fc.Forecast, shm: float | None = None, orphaned: float | None = None,
            kv: float | None = None, kill: KillMark | None = None) -> Row:
     return Row(f.namespace, f.pod, f.container or "(pod)", f.limit, f.unreclaimable,
-               finite(f.rate), finite(f.time_to_limit), f.horizon, fc.grower_text(f.grower),
-               shm, orphaned, kv, kill)
+               finite(f.rate), finite(f.time_to_limit), f.horizon,
+               fc.grower_text(fc.growing(f.grower)), shm, orphaned, kv, kill)
 
 
 def local_rows(pods: Mapping[Key, Pod], forecasts: Mapping[Key, Sequence[fc.Forecast]],
@@ -488,7 +488,7 @@ COLUMNS = (
     Column("GROWTH", 12, 3, True, lambda r, _: human_rate(r.rate) if r.rate else "-"),
     Column("CGROUP", 10, 6, False, lambda r, _: r.cgroup),
     Column("KILL", 10, 4, True, _kill),
-    Column("TOP GROWER", 16, 5, False, lambda r, _: r.grower),
+    Column("TOP GROWER", 16, 5, False, lambda r, _: r.grower.removesuffix(" (no process)")),
     Column("/DEV/SHM", 9, 8, True, lambda r, _: human_bytes(r.shm) if r.shm is not None
            else "-"),
     Column("ORPHANED", 9, 9, True, lambda r, _: human_bytes(r.orphaned)
@@ -560,7 +560,8 @@ def _draw_pods(st: State, width: int, room: int, now: float) -> list[Line]:
     if killed and killed[0].kill is not None:
         k = killed[0]
         assert k.kill is not None
-        out.append((_fit(f"last kill: {k.name} {_kill(k, now)}: {k.kill.link}", width),
+        # The link first: on 80 columns it is what must not be cut.
+        out.append((_fit(f"last kill {_kill(k, now)}: {k.kill.link}  {k.name}", width),
                     "bad"))
     return out
 
