@@ -258,7 +258,8 @@ def dump_run(prom: str, models: dict[str, dict[str, Any]], values: dict[str, str
         annotations = []
         for a in d["annotations"]["list"]:
             annotations.append({"name": a["name"], "colour": a["iconColor"],
-                                "range": api(prom, "query_range", query=bind(a["target"]["expr"], values),
+                                "range": api(prom, "query_range",
+                                             query=bind(a["target"]["expr"], values),
                                              start=start, end=end, step=SCRAPE_S)})
         rows = [{"title": p["title"], "y": p["gridPos"]["y"], "collapsed": p["collapsed"]}
                 for p in d["panels"] if p["type"] == "row"]

@@ -141,10 +141,8 @@ def fresh_kill() -> Scenario:
     kill = SPAN - KILL_AGO
 
     def at(t: float) -> Moment:
-        if t < kill:
-            engine = 1.5 * GiB + max(0.0, t - (kill - 16 * 60)) * 4 * MiB
-        else:
-            engine = 1.5 * GiB
+        climb = max(0.0, t - (kill - 16 * 60)) * 4 * MiB if t < kill else 0.0
+        engine = 1.5 * GiB + climb
         vllm = Cg(6 * GiB, {"APIServer": GiB, "EngineCore": min(engine, 4.9 * GiB),
                             "Worker_TP0": 0.0})
         return Moment({"vllm": vllm}, 6 * GiB, kills=1.0 if t >= kill else 0.0)

@@ -22,6 +22,7 @@ from exporter.oncall.top import (
     sort_rows,
     width_of,
 )
+from exporter.promql import CONFIG
 
 GOLDEN = Path(__file__).parent / "golden" / "v1-cgroupfs-containerd-gpu-vllm.prom"
 MiB, GiB = 1 << 20, 1 << 30
@@ -31,7 +32,7 @@ SCALE = 60.0  # windows /60: the short climb counts after 7 s of reads
 
 
 def windows() -> fc.Windows:
-    return fc.Windows.of(fc.CONFIG.scaled(SCALE), 1.0)
+    return fc.Windows.of(CONFIG.scaled(SCALE), 1.0)
 
 
 def test_parse_a_real_exposition() -> None:
@@ -48,7 +49,7 @@ def test_parse_a_real_exposition() -> None:
 
 
 def exposition(ns: str, pod: str, cgroups: dict[str, tuple[float, float]],
-               procs: dict[tuple[str, str], float] = {}, kills: float = 0,
+               procs: dict[tuple[str, str], float] | None = None, kills: float = 0,
                orphaned: float | None = None) -> str:
     lines = []
     for cont, (limit, u) in cgroups.items():
@@ -56,7 +57,7 @@ def exposition(ns: str, pod: str, cgroups: dict[str, tuple[float, float]],
         lines += [f"headroom_memory_limit_bytes{{{w}}} {limit}",
                   f"headroom_memory_unreclaimable_bytes{{{w}}} {u}",
                   f'headroom_memory_bytes{{{w},kind="anon"}} {u}']
-    for (cont, name), v in procs.items():
+    for (cont, name), v in (procs or {}).items():
         w = f'namespace="{ns}",pod="{pod}",container="{cont}",process="{name}"'
         lines.append(f'headroom_process_memory_bytes{{{w},kind="rss_anon"}} {v}')
     pw = f'namespace="{ns}",pod="{pod}",container=""'

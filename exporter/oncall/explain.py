@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from exporter import catalog as c
+from exporter.oncall import forecast as fc
 from exporter.oncall.diagnose import (
     AT_RISK,
     HEALTHY,
@@ -47,7 +49,6 @@ from exporter.oncall.diagnose import (
     printable,
     where,
 )
-from exporter.oncall import forecast as fc
 from exporter.oncall.prom_client import (
     PromAuth,
     PromClient,
@@ -299,8 +300,8 @@ def kill_time(points: Sequence[tuple[float, float]], start: float, step: float
               ) -> float | None:
     """The last moment the counter rose; a series born with a kill counts from birth."""
     last = None
-    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
-        if v1 > v0 or t1 - t0 > 2 * step and v1 > 0:
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if v1 > v0 or (t1 - t0 > 2 * step and v1 > 0):
             last = t1
     if last is None and points and points[0][1] > 0 and points[0][0] > start + step:
         last = points[0][0]

@@ -214,8 +214,8 @@ def by_pod(cgroups: Mapping[Workload, Forecast]) -> dict[tuple[str, str], list[F
 # Where this mirror and the rules of the forecast branch (0283219) differ, by design of
 # the contract ("the soonest credible forecast"; the grower "at the binding horizon"):
 #   - a short or medium forecast counts only beyond the peaks' envelope plus a day of
-#     the lasting trend (the page's own confirmation; the rule's time to limit takes any horizon: a daily swing's
-#     afternoon then reads as a medium-horizon kill in hours);
+#     the lasting trend (the page's own confirmation; the rule's time to limit takes
+#     any horizon: a daily swing's afternoon then reads as a medium-horizon kill);
 #   - the grower's growth is taken at the binding horizon (the rule takes the last
 #     hour's deriv: a slow leak under a daily swing names the swing's process).
 # Each function below is one of those rules over points read locally.

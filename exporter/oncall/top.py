@@ -45,6 +45,7 @@ from exporter import catalog as c
 from exporter.oncall import forecast as fc
 from exporter.oncall.diagnose import fmt_duration, fmt_rate, printable
 from exporter.oncall.prom_client import Sample, url_problem
+from exporter.promql import CONFIG
 
 SORTS = {"t": "time to limit", "u": "used/limit", "g": "growth", "s": "/dev/shm",
          "n": "name"}
@@ -57,7 +58,7 @@ Key = tuple[str, str]
 W = tuple[str, str, str]
 
 
-# --- numbers and widths that survive hostile values (NaN, Inf, 1e300, CJK names) ----------------
+# --- numbers and widths that survive hostile values (NaN, Inf, 1e300, CJK names) --------------
 def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -138,7 +139,7 @@ def pad(text: str, width: int, right: bool = False) -> str:
     return gap + text if right else text + gap
 
 
-# --- one read of the exporter ----------------------------------------------------------------------
+# --- one read of the exporter -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Proc:
     container: str
@@ -211,11 +212,10 @@ def parse(text: str, exporter: str = "") -> dict[Key, Pod]:
                 orphaned[pk] = orphaned.get(pk, 0.0) + v
             elif s.name == c.VLLM_KV_CACHE_USAGE_RATIO.name and lb.get("medium") == "gpu":
                 kv[pk] = max(kv.get(pk, 0.0), v)
-            elif s.name in (c.OOM_KILLS_TOTAL.name, c.OOM_KILLS_TOTAL.name + "_total"):
+            elif s.name == c.OOM_KILLS_TOTAL.name and w[2] == "":
                 # Pod-level series (one per victim name); a container's copy would count
                 # the same kill twice.
-                if w[2] == "":
-                    kills[pk] = kills.get(pk, 0.0) + v
+                kills[pk] = kills.get(pk, 0.0) + v
     pods: dict[Key, Pod] = {}
     for (ns, pod, container), f in sorted(cg.items()):
         p = pods.get((ns, pod)) or Pod(ns, pod, shm=shm.get((ns, pod)),
@@ -236,7 +236,7 @@ def parse(text: str, exporter: str = "") -> dict[Key, Pod]:
     return pods
 
 
-# --- the local forecast: top's own reads through the rules' mirror -----------------------------
+# --- the local forecast: top's own reads through the rules' mirror ----------------------------
 @dataclass
 class Histories:
     """The reads of each cgroup (unreclaimable, kinds), process and pod /dev/shm, bounded
@@ -319,7 +319,7 @@ def local_forecasts(pods: Mapping[Key, Pod], hist: Histories, now: float
     return out
 
 
-# --- kills: seen as the counter moves --------------------------------------------------------------
+# --- kills: seen as the counter moves ---------------------------------------------------------
 @dataclass(frozen=True)
 class KillMark:
     count: float
@@ -349,7 +349,7 @@ def track_kills(old: Mapping[Key, KillMark], pods: Mapping[Key, Pod], now: float
     return out
 
 
-# --- rows -----------------------------------------------------------------------------------------
+# --- rows -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Row:
     namespace: str
@@ -429,7 +429,7 @@ def sort_rows(rs: Iterable[Row], sort: str = "t", filt: str = "") -> list[Row]:
     return sorted(out, key=lambda r: (*keys[sort](r), r.namespace, r.pod))
 
 
-# --- drawing (pure: lines of text with a style) ------------------------------------------------------
+# --- drawing (pure: lines of text with a style) -----------------------------------------------
 @dataclass
 class State:
     url: str
@@ -580,7 +580,8 @@ def _draw_detail(st: State, width: int, now: float) -> list[Line]:
                              f"{'GROWTH':>13} {'TO LIMIT':>9}  TOP GROWER", width), "head")]
     for f in sorted(fs, key=lambda f: (not f.binding, f.container)):
         label = (f.container or "(pod)") + (" *" if f.binding else "")
-        out.append((_fit(f"{pad(label, 12)} {human_bytes(f.unreclaimable) + '/' + human_bytes(f.limit):>20} "
+        used = f"{human_bytes(f.unreclaimable)}/{human_bytes(f.limit)}"
+        out.append((_fit(f"{pad(label, 12)} {used:>20} "
                          f"{f.ratio:>5.0%} "
                          f"{human_rate(f.rate) if f.rate else '-':>13} "
                          f"{human_duration(f.time_to_limit):>9}  {fc.grower_text(f.grower)}",
@@ -646,7 +647,7 @@ def handle_key(st: State, key: str) -> bool:
     return True
 
 
-# --- the two sources ----------------------------------------------------------------------------------
+# --- the two sources --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Read:
     when: float
@@ -683,7 +684,8 @@ def cluster_queries(extra: str = "") -> dict[str, str]:
     sel = "{" + extra + "}" if extra else ""
     q = fc.recorded_queries(sel)
     shm = "{" + ", ".join(x for x in (extra, 'mount="/dev/shm"') if x) + "}"
-    q["shm"] = f"sum by (namespace, pod) (max by (namespace, pod, mount) ({c.TMPFS_USED_BYTES.name}{shm}))"
+    q["shm"] = (f"sum by (namespace, pod) (max by (namespace, pod, mount) "
+                f"({c.TMPFS_USED_BYTES.name}{shm}))")
     q["orphaned"] = (f"sum by (namespace, pod) (max by (namespace, pod, mount) "
                      f"({c.TMPFS_ORPHANED_BYTES.name}{sel}))")
     kv = "{" + ", ".join(x for x in (extra, 'medium="gpu"') if x) + "}"
@@ -703,7 +705,8 @@ def query_prometheus(base: str, expr: str, timeout: float = 10.0) -> list[Sample
                  urllib.parse.urlencode({"query": expr}).encode(), timeout)
     doc = json.loads(body)
     if not isinstance(doc, dict) or doc.get("status") != "success":
-        raise ValueError(f"query failed: {str(doc.get('error') if isinstance(doc, dict) else doc)[:200]}")
+        error = doc.get("error") if isinstance(doc, dict) else doc
+        raise ValueError(f"query failed: {str(error)[:200]}")
     return parse_vector(doc)
 
 
@@ -869,7 +872,7 @@ def run(args: argparse.Namespace) -> int:
         print("headroom top: needs a terminal", file=sys.stderr)
         return 2
     scale = max(1.0, float(args.forecast_scale))
-    windows = fc.Windows.of(fc.CONFIG.scaled(scale) if scale > 1 else fc.CONFIG,
+    windows = fc.Windows.of(CONFIG.scaled(scale) if scale > 1 else CONFIG,
                             60.0 / scale)
     st = State(base, hist=Histories(windows),
                note=f"(windows /{scale:g})" if scale > 1 else "")
