@@ -8,15 +8,18 @@ orphaned /dev/shm, a fresh kill) are written as the exporter's series over 2.5 d
 turned into TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real
 Prometheus serves them. The forecast contract's series are recorded beside them, for the
 last minutes, by the rules' Python mirror (exporter/oncall/forecast.py) over the same
-points, as the recording rules would. With ``HEADROOM_FORECAST_RULES=PATH`` (the forecast
-branch's generated rules file) they come from the real rules instead, through
-``promtool tsdb create-blocks-from rules``.
+points, as the recording rules would. With ``HEADROOM_FORECAST_RULES=PATH`` (a generated
+rules file, e.g. alerts/headroom.rules.yaml) they come from the real rules instead:
+``promtool tsdb create-blocks-from rules`` evaluates them over the whole span, one
+dependency level per pass (promtool cannot feed a rule another rule's output in the
+same pass), each pass's blocks loaded before the next.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter import catalog as c
 from exporter.oncall import forecast as fc
@@ -291,25 +295,70 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for sc in SCENARIOS:
         raw.update(raw_series(sc, end))
         recorded.update(recorded_series(sc, end))
+    rules = os.environ.get("HEADROOM_FORECAST_RULES")
     om = tmp / "series.om"
-    om.write_text(openmetrics({**raw, **recorded}))
+    om.write_text(openmetrics(raw if rules else {**raw, **recorded}))
     tsdb = tmp / "tsdb"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet",
                     str(om), str(tsdb)], check=True, timeout=600)
     (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=30d",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=log)
+
+    def start() -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(
+            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=30d",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+            stderr=log)
+        wait_http(f"{url}/-/ready", p)
+        return p
+
+    proc = start()
     try:
-        wait_http(f"http://127.0.0.1:{port}/-/ready", proc)
-        yield Stack(f"http://127.0.0.1:{port}", end, tmp)
+        for i, level in enumerate(rule_levels(Path(rules)) if rules else []):
+            # Each level reads only what earlier passes wrote: evaluate it, load it.
+            f = tmp / f"level-{i}.yaml"
+            f.write_text(yaml.safe_dump({"groups": [{"name": f"level-{i}",
+                                                     "rules": level}]}))
+            out = tmp / f"blocks-{i}"
+            subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules",
+                            f"--url={url}", f"--start={int(end - SPAN)}",
+                            f"--end={int(end)}", "--eval-interval=60s",
+                            f"--output-dir={out}", str(f)],
+                           check=True, timeout=600, capture_output=True)
+            proc.terminate()
+            proc.wait(timeout=20)
+            for block in out.iterdir():
+                shutil.move(str(block), tsdb / block.name)
+            proc = start()
+        yield Stack(url, end, tmp)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+def rule_levels(path: Path) -> list[list[dict[str, Any]]]:
+    """The recording rules of a rules file by dependency level: a rule's level is one
+    above the highest level of the recorded series it reads."""
+    recording = [r for g in yaml.safe_load(path.read_text())["groups"]
+                 for r in g["rules"] if "record" in r]
+    names = {r["record"] for r in recording}
+    level: dict[str, int] = {}
+    for _ in range(len(recording)):
+        for r in recording:
+            deps = {n for n in names if re.search(rf"(?<![\w:]){re.escape(n)}(?![\w:])",
+                                                  r["expr"]) and n != r["record"]}
+            level[r["record"]] = max(
+                level.get(r["record"], 0),
+                1 + max((level.get(d, 0) for d in deps), default=-1))
+    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values()) + 1)]
+    for r in recording:
+        out[level[r["record"]]].append({k: r[k] for k in ("record", "expr", "labels")
+                                        if k in r})
+    return out
 
 
 # --- the five surfaces ---------------------------------------------------------------------------
