@@ -31,6 +31,8 @@ EXIT_CODES = {HEALTHY: 0, AT_RISK: 1, NO_DATA: 3}
 # Tunables of the verdict (the alerts' thresholds where they have one).
 NEAR_LIMIT_RATIO = 0.90  # HeadroomMemoryFillingUp's critical also wants the pod this full
 AT_RISK_HORIZON = 7 * DAY  # reaching the limit within a week at the lasting rate
+PAGE_HORIZON = HOUR  # the critical FillingUp page's: a climb reaching the limit sooner
+# is never "healthy", even one too fresh for the forecast's sustained windows
 MIN_GROWTH_BYTES_PER_DAY = 32 * MiB  # below this (or 0.5% of the limit) a day: noise
 MIN_GROWTH_LIMIT_RATIO = 0.005
 MIN_STALE_SHM = 16 * MiB
@@ -562,8 +564,11 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     thr = growth_threshold(cg.limit)
     # Attribute lasting growth; a cgroup near its limit without any (a fresh ramp), or one
     # whose forecast comes from a short or medium climb, is explained by what moves now.
+    # Just after a kill the last hour's slope is the climb into it, not one going on.
+    killed = any(k.when is not None and ev.at - k.when < PAGE_HORIZON for k in ev.kills)
+    climb = None if killed else _fresh_climb(close, thr)
     sustained = not ((close.time_to_limit_s is None and close.ratio >= NEAR_LIMIT_RATIO)
-                     or close.horizon in ("short", "medium"))
+                     or close.horizon in ("short", "medium") or climb is not None)
     growth = _growth(ev, cg, sustained, thr)
     causes = _causes(ev, cg, close, growth, sustained, thr, runbook_base)
     kills = tuple(Kill(k.container, k.process, int(k.total), round(k.last_day),
@@ -579,6 +584,10 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         reasons.append(f"it reaches the limit in about {fmt_duration(close.time_to_limit_s)}"
                        + (f" ({HORIZON_WORDS[close.horizon]})" if close.horizon in
                           HORIZON_WORDS else ""))
+    if climb is not None:
+        reasons.append(f"it climbs {fmt_rate(close.trend_1h)} now: the limit in about "
+                       f"{fmt_duration(climb)} at this rate (too fresh for the forecast's "
+                       "sustained horizons)")
     if any(c.code == "kv_offload" and "killed when the tier fills" in c.detail
            for c in causes):
         reasons.append("vLLM's CPU KV-offload tier does not fit in the headroom")
@@ -601,7 +610,9 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     if fg:
         what = fg
         close = dataclasses.replace(close, grower=fg)
-    if close.source in ("recorded", "local"):
+    if climb is not None:
+        rate = close.trend_1h
+    elif close.source in ("recorded", "local"):
         rate = close.lasting_rate
     else:
         rate = close.lasting_rate if sustained else close.trend_1h
@@ -618,7 +629,7 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
                       else " and is not growing") + ".")
         if any(g.name == "page cache (reclaimable)" for g in growth):
             summary = summary[:-1] + "; page cache grows, which the kernel reclaims."
-    headline = _headline(ev, verdict, close, kills, rate)
+    headline = _headline(ev, verdict, close, kills, rate, climb)
 
     killed_recently = any(k.last_day for k in kills)
     grew_rate = next((k.grew_rate for k in ev.kills if k.grew_rate), None)
@@ -673,11 +684,24 @@ def fit(text: str, width: int = 80) -> str:
     return text[: keep - keep * 2 // 3] + "…" + text[len(text) - keep * 2 // 3:]
 
 
+def _fresh_climb(close: Closeness, thr: float) -> float | None:
+    """Seconds to the limit at the last hour's slope, when the forecast has none and that
+    slope reaches the limit within the page's horizon (a climb of a minute or two)."""
+    slope = close.trend_1h
+    if close.time_to_limit_s is not None or close.source == "trends" or slope is None \
+            or slope <= thr:
+        return None
+    t = close.headroom / slope
+    return t if t < PAGE_HORIZON else None
+
+
 def _headline(ev: Evidence, verdict: str, close: Closeness, kills: Sequence[Kill],
-              rate: float | None) -> str:
+              rate: float | None, climb: float | None = None) -> str:
     word = {AT_RISK: "AT RISK", HEALTHY: "HEALTHY", NO_DATA: "NO DATA"}[verdict]
     if close.time_to_limit_s is not None:
         num = f"limit in {fmt_duration(close.time_to_limit_s)}"
+    elif climb is not None:
+        num = f"climbing, limit in ~{fmt_duration(climb)}"
     else:
         num = f"{close.ratio:.0%} of limit" + ("" if rate else ", flat")
     fresh = [k for k in kills if k.last_day and k.age_s is not None]
