@@ -540,6 +540,10 @@ def _limit_advice(cg: CgroupEvidence, close: Closeness, killed: bool = False,
     peak = max(cg.peak_unreclaimable_1d or 0.0, close.unreclaimable)
     growing = close.lasting_rate is not None and close.time_to_limit_s is not None
     need = peak + (close.lasting_rate or 0.0) * AT_RISK_HORIZON if growing else peak
+    if growing and need > 4 * cg.limit:  # a climb of MiB/s: no limit holds a week of it
+        return (f"at {fmt_rate(close.lasting_rate)} no limit holds "
+                f"{fmt_duration(AT_RISK_HORIZON)} of this growth: fix the growth (restart "
+                "before the limit meanwhile)")
     limit = _suggested_limit(need)
     what = (f"the last day's unreclaimable peak ({fmt_bytes(peak)})" if not growing else
             f"the peak ({fmt_bytes(peak)}) plus {fmt_duration(AT_RISK_HORIZON)} of growth "
