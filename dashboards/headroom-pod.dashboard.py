@@ -642,6 +642,9 @@ details = [
 ]
 
 _RESET_SEL = (*RAW, ANY_CONTAINER)
+# A restart: a container's unreclaimable memory falls below this fraction of its floor of
+# the minutes before (its processes started again; a leak or a release never halves it).
+RESTART_DROP_RATIO = 0.5
 
 
 def _restarted(minutes_ago: int = 0) -> str:
@@ -653,7 +656,7 @@ def _restarted(minutes_ago: int = 0) -> str:
     u = metric(c.MEMORY_UNRECLAIMABLE_BYTES, *_RESET_SEL)
     now = f"{u} offset {minutes_ago}m" if minutes_ago else u
     return (f"max by {by(*W)} ({now})\n"
-            f"  < {CONFIG.restart_drop_ratio:g} * max by {by(*W)} "
+            f"  < {RESTART_DROP_RATIO:g} * max by {by(*W)} "
             f"(min_over_time({u}[10m] offset {minutes_ago + 2}m))")
 
 
