@@ -327,13 +327,13 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     assert before["Headroom"]["maximum"] == LIMIT
     assert before["Unreclaimable / limit"]["colour"] in red_or_orange
     growing = before["Top grower"]
-    assert growing["name"] == "EngineCore" and growing["colour"] == "orange", growing
+    assert growing["name"] == "EngineCore anon" and growing["colour"] == "orange", growing
     assert 1 * MiB < growing["value"] < 5 * MiB  # 2.5 MiB/s leaked
     hidden = before["Hidden memory growth"]
     assert hidden["colour"] == "orange" and 0.2 * MiB < hidden["value"] < 3 * MiB, hidden
     assert before["OOM kills in range"]["value"] in (None, 0.0)
     assert kills["value"] == 1.0 and kills["colour"] == "red", kills
-    assert grown.get("name") != "EngineCore", "a killed process is no longer 'growing'"
+    assert grown.get("name") != "EngineCore anon", "a killed process is no longer 'growing'"
     # The fleet's and the node's counts too (the pod has no process left after the
     # kill: the fleet's scope must still hold it).
     for dash in ("headroom-fleet", "headroom-node"):
