@@ -48,10 +48,11 @@ MAY_BE_EMPTY: dict[str, str] = {
     "absent until the first PSS pass and for processes above the gate",
     "Swap in use": "only where the node has swap and the cgroup uses it",
     # growth and predictions (recording rules that need a growing pod or a day of data)
-    "Time to limit": "headroom:memory_time_to_limit:seconds exists only while "
-    "unreclaimable memory grows (1h slope > 0)",
+    "Time to limit": "headroom:memory_time_to_limit:seconds exists only while a horizon "
+    "forecasts a kill (and 'rules missing' needs the pod's raw series)",
     "Time to limit: the 10 closest pods": "only pods whose unreclaimable memory grows",
-    "Fastest-growing process": "only while a process's anon or mapped shmem grows",
+    "Top grower": "headroom:memory_top_grower:rate exists only while the binding cgroup "
+    "grows",
     "Hidden memory growth": "only while the hidden-memory recording rule has a slope",
     "Largest growth since baseline (1d)": "needs the baseline window (1d) of data "
     "twice before the baseline rise exists",
@@ -63,8 +64,8 @@ MAY_BE_EMPTY: dict[str, str] = {
     "counter rises (reclaim at the limit, an OOM)",
     ANNOTATION_PREFIX + "OOM kill": _NO_OOM,
     ANNOTATION_PREFIX + "Firing headroom alert": "only while a headroom alert fires",
-    ANNOTATION_PREFIX + "Container restart (counters reset)": "only after a container "
-    "restart whose counters were non-zero",
+    ANNOTATION_PREFIX + "Container restart": "only after a container's unreclaimable "
+    "memory fell below half its floor (a restart)",
     # tmpfs
     "tmpfs used per pod": "only pods with a /dev/shm or memory emptyDir mount seen",
     "tmpfs used against the pod's headroom": "only pods with a /dev/shm or memory "
@@ -85,8 +86,9 @@ def queries(config: Config | None = None) -> list[tuple[str, str, str]]:
             for t in panel.get("targets", []):
                 out.append((uid, panel["title"], t["expr"]))
         for a in d["annotations"]["list"]:
-            if "expr" in a:
-                out.append((uid, ANNOTATION_PREFIX + a["name"], a["expr"]))
+            expr = (a.get("target") or {}).get("expr")
+            if expr:
+                out.append((uid, ANNOTATION_PREFIX + a["name"], expr))
     return out
 
 

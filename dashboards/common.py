@@ -681,10 +681,12 @@ def annotation(name: str, expr: str, *, color: str) -> dict[str, Any]:
     return {
         "datasource": DATASOURCE,
         "enable": True,
-        "expr": expr,
         "hide": False,
         "iconColor": color,
         "name": name,
+        # The current model (@grafana/schema 12+) puts the query in ``target``; the
+        # top-level ``expr`` of older dashboards is gone from it.
+        "target": {"refId": "Anno", "expr": expr, "datasource": DATASOURCE},
     }
 
 

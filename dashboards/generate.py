@@ -128,7 +128,6 @@ def _stat_options(options: Json) -> Json:
 def _table_options(options: Json) -> Json:
     return {
         "cellHeight": "sm",
-        "footer": {"countRows": False, "fields": "", "reducer": ["sum"], "show": False},
         "frameIndex": 0,
         "showHeader": options.get("showHeader", True),
         "showTypeIcons": False,

@@ -72,6 +72,7 @@ from dashboards.common import (
 from dashboards.common import CATALOG as c
 from dashboards.common import RULE as r
 from dashboards.common import RULES_CONFIG as CONFIG
+from dashboards.names import FORECAST as fc
 from dashboards.names import promql_duration
 
 RAW = (JOB, NAMESPACE, POD)  # a raw series of this pod
@@ -89,9 +90,24 @@ def pod_rule(name: str, *matchers: str, fn: Callable[[str], str] = str) -> str:
     return rule(name, *SCOPE, *matchers, fn=fn, scope=SCOPE)
 
 
-# --- the tightest cgroup: the tiles and the first chart read the same one ---------------
+# --- the binding cgroup: the tiles and the first chart read the same one ----------------
 HEADROOM_NOW = pod_rule(r.HEADROOM, CGROUPS)
-TIGHTEST = f"bottomk(1, {HEADROOM_NOW})"
+BINDING_NOW = pod_rule(fc.BINDING, CGROUPS)
+# The cgroup the forecast rules mark as binding (the answer explain and top give); the
+# least headroom while the binding series is absent.
+TIGHTEST = (f"bottomk(1, ({HEADROOM_NOW} and on {by(*W)} ({BINDING_NOW} == 1))\n"
+            f"  or ({HEADROOM_NOW} unless on () count({BINDING_NOW})))")
+# -1 when the pod has raw series but the forecast rules recorded nothing for it: the
+# rules are not loaded (a dashboard imported by hand), shown as "rules missing".
+RULES_MISSING = (f"(vector(-1) unless on () count({BINDING_NOW}))\n"
+                 f"  and on () count({metric(c.MEMORY_LIMIT_BYTES, *RAW)})")
+MISSING = [{"type": "value", "options": {"-1": {"text": "rules missing", "color": "text",
+                                                "index": 0}}}]
+
+
+def of_binding(expr: str) -> str:
+    """``expr`` (one series per cgroup) for the binding cgroup only."""
+    return f"({expr}\n  and on {by(*W)}\n  ({BINDING_NOW} == 1))"
 
 
 def of_tightest(expr: str) -> str:
@@ -194,15 +210,18 @@ first_screen = [
     # --- tiles: how close, when, what grows, in which process ---------------------------
     stat(
         "Time to limit",
-        f"When the pod's first cgroup (the pod cgroup or a selected container; in practice "
-        f"the tightest one, which the other tiles read) reaches its limit at the current "
-        f"{DERIV} slope of unreclaimable memory ({r.TIME_TO_LIMIT}). Evaluated now: "
-        "'not growing' when the slope is flat or falling, or the series ended. Red: "
-        f"under {CRITICAL} (the critical HeadroomMemoryFillingUp page), orange: under "
-        f"{promql_duration(int(TIME_STEPS[2]['value']))}.",
-        [Q(f"min({pod_rule(r.TIME_TO_LIMIT, CGROUPS)})", "time to limit", instant=True)],
-        unit="s", w=4, h=4, steps=TIME_STEPS, no_value="not growing", instant=True,
-        runbooks=["HeadroomMemoryFillingUp"],
+        f"When the binding cgroup (the tightest of the pod cgroup and its containers, "
+        f"{fc.BINDING}) reaches its limit: the recorded forecast {fc.TIME_TO_LIMIT}, the "
+        "soonest credible of the short (minutes), medium (hours) and lasting (days: the "
+        "floor and the peaks' envelope rising) horizons; the name says which. The same "
+        "answer as the page, headroom explain and headroom top. 'no kill forecast' when "
+        "no horizon reaches the limit; 'rules missing' when the shipped recording rules "
+        f"are not loaded. Red: under {CRITICAL} (the critical HeadroomMemoryFillingUp "
+        f"page), orange: under {promql_duration(int(TIME_STEPS[2]['value']))}.",
+        [Q(f"min by (horizon) ({of_binding(pod_rule(fc.TIME_TO_LIMIT, CGROUPS))})\n"
+           f"or on ()\n{RULES_MISSING}", "{{horizon}}", instant=True)],
+        unit="s", w=4, h=4, steps=TIME_STEPS, no_value="no kill forecast", instant=True,
+        text_mode="value_and_name", mappings=MISSING, runbooks=["HeadroomMemoryFillingUp"],
     ),
     stat(
         "Headroom",
@@ -238,14 +257,17 @@ first_screen = [
         runbooks=["HeadroomMemoryNearLimit", "HeadroomMemoryReclaimAtLimit"],
     ),
     stat(
-        "Fastest-growing process",
-        f"The process name whose anon + mapped shmem grows fastest now (slope over "
-        f"{DERIV}, the window of time to limit), in the selected containers. Orange from "
-        f"{MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
+        "Top grower",
+        f"What explains most of the binding cgroup's growth ({fc.TOP_GROWER}): the "
+        "process (a vLLM title such as EngineCore, else the kind: anon, shmem, /dev/shm, "
+        "kernel, hidden) and its rate at the horizon that binds, the lasting one for a "
+        "slow leak under a daily swing. The same answer as the page, explain and top. "
+        f"Orange from {MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
         f"({CONFIG.min_baseline_rise_bytes >> 20} MiB) per {BASELINE}. 'nothing grows' "
-        "when no process does.",
-        [Q(f"topk(1, {process_growth(CONTAINERS)} > 0)", "{{process}}", instant=True)],
-        unit="binBps", w=4, h=4, instant=True, text_mode="value_and_name",
+        "when nothing does; 'rules missing' without the shipped recording rules.",
+        [Q(f"max by (process, kind) ({of_binding(pod_rule(fc.TOP_GROWER, CGROUPS))} > 0)\n"
+           f"or on ()\n{RULES_MISSING}", "{{process}} {{kind}}", instant=True)],
+        unit="binBps", w=4, h=4, instant=True, text_mode="value_and_name", mappings=MISSING,
         steps=thresholds(("green", 0), ("orange", MIN_GROWTH_BPS)), no_value="nothing grows",
     ),
     stat(
@@ -620,6 +642,26 @@ details = [
 ]
 
 _RESET_SEL = (*RAW, ANY_CONTAINER)
+# A restart: a container's unreclaimable memory falls below this fraction of its floor of
+# the minutes before (its processes started again; a leak or a release never halves it).
+RESTART_DROP_RATIO = 0.5
+
+
+def _restarted(minutes_ago: int = 0) -> str:
+    """A container whose unreclaimable memory fell below a fraction of its floor of the
+    minutes before: its processes started again (the rules' restart signal, on the raw
+    series: cgroup v1 and v2 alike, and without the recording rules). PSI and
+    memory.events resets, used before, never move on v1 or on a cgroup that never hit
+    its limit."""
+    u = metric(c.MEMORY_UNRECLAIMABLE_BYTES, *_RESET_SEL)
+    now = f"{u} offset {minutes_ago}m" if minutes_ago else u
+    return (f"max by {by(*W)} ({now})\n"
+            f"  < {RESTART_DROP_RATIO:g} * max by {by(*W)} "
+            f"(min_over_time({u}[10m] offset {minutes_ago + 2}m))")
+
+
+# The first evaluation after the fall: one mark per restart, not one per sample.
+RESTART_EDGE = f"{_restarted()}\nunless on {by(*W)}\n{_restarted(1)}"
 ALERTS = (
     'ALERTS{alertname=~"Headroom.*", alertstate="firing", '
     f"{NAMESPACE}, {POD}}}"
@@ -650,16 +692,6 @@ dashboard = dashboard(
             color="red",
         ),
         annotation("Firing headroom alert", ALERTS, color="orange"),
-        annotation(
-            "Container restart (counters reset)",
-            # A restarted container gets a new cgroup: its kernel counters start again
-            # from zero, which resets() sees when they were not zero before.
-            f"max by (namespace, pod, container) "
-            f"(resets({metric(c.MEMORY_PRESSURE_SECONDS_TOTAL, *_RESET_SEL)}[{RATE}])) > 0\n"
-            f"or\n"
-            f"max by (namespace, pod, container) "
-            f"(resets({metric(c.MEMORY_EVENTS_TOTAL, *_RESET_SEL)}[{RATE}])) > 0",
-            color="purple",
-        ),
+        annotation("Container restart", RESTART_EDGE, color="purple"),
     ],
 )

@@ -9,8 +9,14 @@ PromQL half), metric names from ``exporter.catalog``. The dashboards never impor
 from __future__ import annotations
 
 from exporter import promql as RULE
-from exporter.promql import ALERT_NAMES, CONFIG, RECORDING_RULES, by, selector, series
+from exporter.oncall import forecast as FORECAST
+from exporter.promql import ALERT_NAMES, CONFIG, by, selector, series
+from exporter.promql import RECORDING_RULES as _RULES
 from exporter.promql import duration as promql_duration
 
-__all__ = ["ALERT_NAMES", "CONFIG", "RECORDING_RULES", "RULE", "by", "promql_duration",
-           "selector", "series"]
+# The forecast contract's series (FORECAST-CONTRACT: recorded by the shipped rules; the
+# first screen reads them and nothing else), with the rules' other names.
+RECORDING_RULES: tuple[str, ...] = tuple(dict.fromkeys((*_RULES, *FORECAST.CONTRACT)))
+
+__all__ = ["ALERT_NAMES", "CONFIG", "FORECAST", "RECORDING_RULES", "RULE", "by",
+           "promql_duration", "selector", "series"]

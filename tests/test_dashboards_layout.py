@@ -42,7 +42,7 @@ def by_title(d: dict[str, Any], title: str) -> dict[str, Any]:
     return next(p for p in all_panels(d) if p["title"] == title)
 
 
-TILES = ["Time to limit", "Headroom", "Unreclaimable / limit", "Fastest-growing process",
+TILES = ["Time to limit", "Headroom", "Unreclaimable / limit", "Top grower",
          "Hidden memory growth", "OOM kills in range"]
 
 
@@ -98,11 +98,18 @@ def test_tiles_read_one_cgroup_with_the_alerts_thresholds(
     assert "bottomk(1," in headroom["targets"][1]["expr"]
     # The first three tiles all pick the tightest cgroup (least headroom).
     for t in ("Headroom", "Unreclaimable / limit", "Time to limit"):
-        assert "headroom:memory_headroom:bytes" in json.dumps(by_title(d, t)["targets"]) \
-            or "time_to_limit" in json.dumps(by_title(d, t)["targets"])
-    grow = by_title(d, "Fastest-growing process")
+        assert "headroom:memory_binding:bool" in json.dumps(by_title(d, t)["targets"])
+    grow = by_title(d, "Top grower")
     assert grow["options"]["textMode"] == "value_and_name"
-    assert grow["targets"][0]["legendFormat"] == "{{process}}"
+    assert grow["targets"][0]["legendFormat"] == "{{process}} {{kind}}"
+    # Both forecast tiles read the recorded contract series on the binding cgroup and
+    # say "rules missing" (not "No data") without the recording rules.
+    for t in ("Time to limit", "Top grower"):
+        p = by_title(d, t)
+        assert "headroom:memory_binding:bool" in p["targets"][0]["expr"]
+        assert p["options"]["reduceOptions"] is not None
+        texts = [m["options"]["-1"]["text"] for m in p["fieldConfig"]["defaults"]["mappings"]]
+        assert texts == ["rules missing"], t
 
 
 @pytest.mark.parametrize("uid,title", [
@@ -125,9 +132,9 @@ def test_oom_counts_work_on_v1_and_v2(
 
 def test_oom_annotation_and_alert_annotation(models: dict[str, dict[str, Any]]) -> None:
     annotations = {a["name"]: a for a in models["headroom-pod"]["annotations"]["list"]}
-    oom = annotations["OOM kill"]["expr"]
+    oom = annotations["OOM kill"]["target"]["expr"]
     assert "round(" in oom and 'container!=""' in oom and "headroom_oom_kills_total" in oom
-    alerts = annotations["Firing headroom alert"]["expr"]
+    alerts = annotations["Firing headroom alert"]["target"]["expr"]
     assert alerts.startswith('ALERTS{alertname=~"Headroom.*", alertstate="firing"')
 
 

@@ -112,14 +112,56 @@ def test_page_cache_growth_is_named_reclaimable(prometheus: str) -> None:
 def test_text_output_reads(prometheus: str) -> None:
     rc, out, _ = explain(prometheus, "vllm-engine-0")  # POD alone: one namespace has it
     assert rc == 1
-    first = out.splitlines()[0]
-    assert first.startswith("llm/vllm-engine-0: AT RISK: container vllm")
-    assert "EngineCore process" in first
+    lines = out.splitlines()
+    assert lines[0].startswith("AT RISK llm/vllm-engine-0: limit in ") and len(lines[0]) <= 80
+    assert "container vllm" in lines[1] and "EngineCore" in out.split("\n\n")[0]
+    # Ready to paste, before anything generic: the real namespace, pod and container.
+    assert out.index("\nRun now") < out.index("\nHow close")
+    assert "  kubectl -n llm describe pod vllm-engine-0\n" in out
+    assert "kubectl -n llm exec vllm-engine-0 -c vllm -- ls -la /dev/shm" in out
+    assert "forecast from  computed here: the recording rules are not loaded" in out
     for heading in ("How close", "What grows", "Likely cause", "What to do now"):
         assert f"\n{heading}" in out
     assert "\x1b[" not in out  # no colour when stdout is not a terminal
     rc, out, _ = explain(prometheus, "vllm-engine-0", "--color=always")
     assert "\x1b[1;31m" in out
+
+
+def test_a_url_without_a_scheme_is_bad_usage() -> None:
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain", "llm/x",
+                        "--prometheus.url=prometheus:9090"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "the URL needs http://" in r.stderr, r.stderr
+
+
+def test_an_answer_over_the_cap_is_refused_not_read(tmp_path: Path) -> None:
+    """R13: a "Prometheus" that answers 40 MiB: explain stops at the cap, says so."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Huge(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            chunk = b'{"status":"success","data":{"resultType":"vector","result":[' + (
+                b" " * (1 << 20))
+            try:
+                for _ in range(40):
+                    self.wfile.write(chunk)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rc, _, err = explain(f"http://127.0.0.1:{server.server_address[1]}", "llm/x")
+        assert rc == 3 and "answer larger than 32 MiB" in err, err
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_no_data(prometheus: str) -> None:

@@ -222,7 +222,8 @@ def test_json_output_is_the_whole_diagnosis() -> None:
     assert doc["verdict"] == "at_risk" and doc["exit_code"] == 1
     assert doc["closeness"]["limit"] == 32 * GiB
     text = x.to_text(d)
-    assert text.startswith("llm/vllm-0: AT RISK") and "\x1b[" not in text
+    assert text.startswith("AT RISK llm/vllm-0: 97% of limit") and "\x1b[" not in text
+    assert all(len(line) <= 80 for line in text.splitlines()[:2])
     assert "\x1b[1;31m" in x.to_text(d, x.ansi)
 
 

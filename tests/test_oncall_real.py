@@ -182,15 +182,18 @@ def test_top_in_tmux(stack: Stack) -> None:
     slow, flat = stack.pods["slow"], stack.pods["flat"]
     done = stack.tmp / "top.exit"
     cmd = (f"cd {Path.cwd()} && PYTHONPATH={Path.cwd()} {sys.executable} -m "
-           f"exporter.cli top --url {stack.exporter}; echo $? > {done}; sleep 30")
+           f"exporter.cli top --url {stack.exporter} --forecast.scale {SCALE}; "
+           f"echo $? > {done}; sleep 30")
     t = Tmux(f"headroom-top-{os.getpid()}", cmd)
     try:
-        # Growth needs a few reads: then the growing pod sorts first (time to limit).
-        screen = t.wait_for(rf"^{slow}.*MiB/s", timeout=30)
+        # The short horizon needs its window and sustain of reads (scaled): then the
+        # growing pod sorts first (time to limit).
+        screen = t.wait_for(rf"^{slow}.*MiB/s", timeout=60)
         rows = [ln for ln in screen.splitlines() if ln.startswith((slow, flat))]
         assert rows[0].startswith(slow), screen
-        assert VICTIM in rows[0] and "1.0 GiB" in rows[0], screen
+        assert f"{VICTIM} anon" in rows[0] and "1.0 GiB" in rows[0], screen
         assert "sort: time to limit" in screen.splitlines()[0]
+        assert f"local forecast (windows /{SCALE})" in screen.splitlines()[0]
         print("\n" + screen.rstrip())
         t.keys("n")
         t.wait_for("sort: name")
@@ -212,6 +215,90 @@ def test_top_in_tmux(stack: Stack) -> None:
         print("\n" + screen)
     finally:
         t.kill()
+
+
+# --- the binding cgroup's time to limit before a real kill, and the kill after ----------------
+SCALE = 20  # the rules' windows /20: the short horizon counts after 21 s of reads
+TTL = re.compile(r"(\d+(?:\.\d+)?) (s|min|h|days)$")
+UNITS = {"s": 1, "min": 60, "h": 3600, "days": 86400}
+
+
+def cell(screen: str, pod: str, title: str) -> str | None:
+    """The text of column ``title`` in ``pod``'s row: right-aligned columns end where
+    their header does, left-aligned ones start there."""
+    from exporter.oncall.top import COLUMNS
+
+    lines = screen.splitlines()
+    head = next((ln for ln in lines if ln.startswith("NAMESPACE/POD")), "")
+    row = next((ln for ln in lines if ln.startswith(pod[:6])), None)
+    col = next(c for c in COLUMNS if c.title == title)
+    if row is None or title not in head:
+        return None
+    at = head.index(title)
+    start = at + len(title) - col.width if col.right else at
+    return row[start:start + col.width].strip()
+
+
+def seconds(text: str | None) -> float | None:
+    m = TTL.search(text or "")
+    return float(m[1]) * UNITS[m[2]] if m else None
+
+
+def test_top_reads_the_binding_cgroup_before_a_real_kill_and_the_kill_after(
+        stack: Stack) -> None:
+    """The container's 160 MiB limit is below the pod's 480 MiB: top (80x24 and 160x50)
+    forecasts the container's limit, and the time it shows some 10-30 s before the
+    kernel kills the grower is the time the kill then takes; afterwards the row carries
+    the kill, its age and the /debug/oom/ link."""
+    need("tmux")
+    uid, pod_rel = stack.tree.pod(limit=480 * MiB)
+    _, container = stack.tree.container(pod_rel, limit=160 * MiB)
+    g = Grower(stack.tree.hierarchy, container)
+    stack.growers.append(g)
+    g.send("anon 16")
+    cmd = (f"cd {Path.cwd()} && PYTHONPATH={Path.cwd()} {sys.executable} -m exporter.cli "
+           f"top --url {stack.exporter} --forecast.scale {SCALE} --interval 0.5; sleep 60")
+    terms = {size: Tmux(f"headroom-top-{size[0]}-{os.getpid()}", cmd, *size)
+             for size in ((80, 24), (160, 50))}
+    try:
+        for t in terms.values():
+            t.wait_for(rf"^{uid[:6]}", timeout=30)
+        g.send("grow 1 400", wait=False)  # 2.5 MiB/s: about 55 s to 160 MiB
+        readings: dict[tuple[int, int], list[tuple[float, float]]] = {s: [] for s in terms}
+        wide: list[str] = []
+        while g.proc.poll() is None:
+            for size, t in terms.items():
+                screen = t.screen()
+                ttl = seconds(cell(screen, uid, "TO LIMIT"))
+                if ttl is not None:
+                    readings[size].append((time.monotonic(), ttl))
+                    if size == (160, 50):
+                        wide.append(screen)
+            time.sleep(0.25)
+        killed_at = time.monotonic()
+        assert g.wait(timeout=10) == -9
+        for size, rs in readings.items():
+            # The reading 10-30 s before the kill: what top said against what happened.
+            near = [(t, ttl) for t, ttl in rs if 10 <= killed_at - t <= 30]
+            assert near, (size, rs[-5:], killed_at)
+            t, ttl = near[-1]
+            actual = killed_at - t
+            print(f"\n{size}: {actual:.0f} s before the kill top said {ttl:.0f} s")
+            # The pod cgroup's limit would say three times as long.
+            assert 0.6 * actual - 5 <= ttl <= 1.5 * actual + 5, (size, ttl, actual)
+        assert wide and cell(wide[-1], uid, "CGROUP") not in (None, "", "(pod)"), wide[-1]
+        print(wide[-1])
+        # The kill in the row: its age in the KILL column, the link under the table.
+        for size, t in terms.items():
+            screen = t.wait_for(rf"^{uid[:6]}.* ago", timeout=30)
+            assert f"{stack.exporter}/debug/oom/" in screen, screen  # the link, uncut
+            kill = cell(screen, uid, "KILL")
+            assert kill is not None and kill.endswith("ago"), (size, screen)
+            print(f"\nafter the kill at {size[0]}x{size[1]}:\n{screen}")
+            assert all(len(ln) <= size[0] for ln in screen.splitlines())
+    finally:
+        for t in terms.values():
+            t.kill()
 
 
 # --- headroom explain on a real OOM run ---------------------------------------------------

@@ -156,3 +156,35 @@ def test_chart_keeps_the_top_processes_only() -> None:
 ])
 def test_content_negotiation(accept: str | None, fmt: str | None, html: bool) -> None:
     assert wants_html(accept, fmt) is html
+
+
+def test_the_axis_zooms_to_the_climb_with_the_whole_window_a_click_away() -> None:
+    """A 60 s climb in a 15-minute window: the chart starts just before the climb (it
+    filled the right-most 7% of a 15-minute axis before), the 15 minutes in <details>."""
+    page = render_document("x.json", document())
+    wide = re.search(r'<svg class="chart chart-memory wide".*?</svg>', page, re.S)
+    assert wide is not None
+    first_x = float(re.search(r'class="usage"[^>]*d="M([\d.]+),', wide.group(0))[1])
+    assert first_x < 78 + 0.3 * (960 - 78 - 16), first_x
+    assert "-10 s" in wide.group(0) and "kill" in wide.group(0)
+    context = page[page.index('<details class="context">'):page.index("</details>")]
+    assert "15 minutes before the kill" in context and 'chart-context wide' in context
+
+
+def test_the_headline_says_what_grew_and_how_fast() -> None:
+    page = render_document("x.json", document())
+    verdict = re.search(r'<div class="verdict">(.*?)</div>', page, re.S)
+    assert verdict is not None
+    # EngineCore: 60 -> 216 MiB anon in the 60 s before the kill, 2.6 MiB/s.
+    assert "EngineCore grew +156.0 MiB in the 60 s before it (+2.6 MiB/s)" in verdict[1]
+
+
+def test_the_samplers_points_run_up_to_the_kill_past_the_last_scrape() -> None:
+    doc = document()
+    doc["usage"][-1] = [KILL - 0.4, 255.5 * MiB]  # a reading after the last scrape
+    doc["scrapes"] = [s for s in doc["scrapes"] if s["time"] <= KILL - 10]
+    page = render_document("x.json", doc)
+    assert "the sampler&#x27;s last reading 0.4 s before the kill" in page
+    assert "the last scrape 10 s before it" in page
+    wide = re.search(r'<svg class="chart chart-memory wide".*?</svg>', page, re.S)
+    assert wide is not None and wide.group(0).count("<circle") == len(doc["usage"])

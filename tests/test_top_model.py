@@ -4,93 +4,188 @@ sorting, filtering, the keys and the lines drawn. (The real terminal is in
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from exporter.oncall.top import Pod, Proc, Rates, State, draw, handle_key, parse, rows
+from exporter.oncall import forecast as fc
+from exporter.oncall.top import (
+    COLUMNS,
+    Histories,
+    Read,
+    State,
+    apply,
+    cut_middle,
+    draw,
+    handle_key,
+    parse,
+    sort_rows,
+    width_of,
+)
+from exporter.promql import CONFIG
 
 GOLDEN = Path(__file__).parent / "golden" / "v1-cgroupfs-containerd-gpu-vllm.prom"
 MiB, GiB = 1 << 20, 1 << 30
 
 
+SCALE = 60.0  # windows /60: the short climb counts after 7 s of reads
+
+
+def windows() -> fc.Windows:
+    return fc.Windows.of(CONFIG.scaled(SCALE), 1.0)
+
+
 def test_parse_a_real_exposition() -> None:
     """The golden exposition (fixture host tree, the exporter's real renderer)."""
-    pods = parse(GOLDEN.read_text())
+    pods = parse(GOLDEN.read_text(), "http://node-1:9847")
     llama = pods[("llm-serving", "llama-70b-0")]
-    assert llama.limit == 40 * GiB  # the pod-level cgroup's, not a container's
+    assert {g.container for g in llama.cgroups} >= {""}
+    assert next(g for g in llama.cgroups if g.container == "").limit == 40 * GiB
     assert llama.shm == 2684354560
     assert llama.kv_usage is not None and 0 <= llama.kv_usage <= 1
-    top = llama.top_process
-    assert top is not None and top.process.startswith(("Worker", "EngineCore", "APIServer"))
+    assert any(q.process.startswith(("Worker", "EngineCore", "APIServer"))
+               for q in llama.processes)
     assert all(p.pod for p in pods.values())
 
 
-def test_a_pod_without_pod_level_series_shows_its_largest_container() -> None:
-    text = "\n".join([
-        'headroom_memory_limit_bytes{namespace="a",pod="p",container="small"} 100',
-        'headroom_memory_unreclaimable_bytes{namespace="a",pod="p",container="small"} 10',
-        'headroom_memory_limit_bytes{namespace="a",pod="p",container="big"} 200',
-        'headroom_memory_unreclaimable_bytes{namespace="a",pod="p",container="big"} 150',
-        'headroom_process_memory_bytes{namespace="a",pod="p",container="big",'
-        'process="EngineCore",kind="rss_anon"} 140',
-        'headroom_process_memory_bytes{namespace="a",pod="p",container="big",'
-        'process="EngineCore",kind="rss_shmem"} 5',
-        'headroom_processes{namespace="a",pod="p",container="big",process="EngineCore"} 1',
-        "",
-    ])
-    p = parse(text)[("a", "p")]
-    assert (p.limit, p.unreclaimable) == (200, 150)
-    assert p.processes == (Proc("big", "EngineCore", 140, 5, 0, 1),)
+def exposition(ns: str, pod: str, cgroups: dict[str, tuple[float, float]],
+               procs: dict[tuple[str, str], float] | None = None, kills: float = 0,
+               orphaned: float | None = None) -> str:
+    lines = []
+    for cont, (limit, u) in cgroups.items():
+        w = f'namespace="{ns}",pod="{pod}",container="{cont}"'
+        lines += [f"headroom_memory_limit_bytes{{{w}}} {limit}",
+                  f"headroom_memory_unreclaimable_bytes{{{w}}} {u}",
+                  f'headroom_memory_bytes{{{w},kind="anon"}} {u}']
+    for (cont, name), v in (procs or {}).items():
+        w = f'namespace="{ns}",pod="{pod}",container="{cont}",process="{name}"'
+        lines.append(f'headroom_process_memory_bytes{{{w},kind="rss_anon"}} {v}')
+    pw = f'namespace="{ns}",pod="{pod}",container=""'
+    if kills:
+        lines += ["# TYPE headroom_oom_kills counter",
+                  f'headroom_oom_kills_total{{{pw},process="python3"}} {kills}']
+    if orphaned is not None:
+        lines.append(f'headroom_tmpfs_orphaned_bytes{{{pw},mount="/dev/shm"}} {orphaned}')
+    return "\n".join(lines) + "\n"
 
 
-def pod(name: str, unrecl: float, limit: float = GiB, ns: str = "llm") -> Pod:
-    return Pod(ns, name, limit, unrecl, unrecl, None, None)
+def feed(st: State, reads: list[tuple[float, str]]) -> None:
+    for t, text in reads:
+        apply(st, Read(t, pods=parse(text, "http://node-1:9847")))
 
 
-def test_growth_and_time_to_limit_from_successive_reads() -> None:
-    rates = Rates(window=30)
-    for t in range(0, 11):
-        rates.observe(float(t), {("llm", "a"): pod("a", 100 * MiB + t * 2 * MiB),
-                                 ("llm", "b"): pod("b", 500 * MiB)})
-    ra = rates.rate(("llm", "a"))
-    assert ra == pytest.approx(2 * MiB)
-    assert rates.rate(("llm", "b")) == pytest.approx(0)
-    r = rows([pod("a", 120 * MiB), pod("b", 500 * MiB)], rates)
-    assert [x.pod.pod for x in r] == ["a", "b"]  # the only one growing sorts first
-    assert r[0].ttl == pytest.approx((GiB - 120 * MiB) / (2 * MiB))
-    # Old reads leave the window; a pod that is gone is forgotten.
-    rates.observe(100.0, {("llm", "b"): pod("b", 500 * MiB)})
-    assert rates.rate(("llm", "a")) is None and ("llm", "a") not in rates.history
+def test_rows_are_on_the_binding_cgroup_and_forecast_by_the_rules_mirror() -> None:
+    """The container's 160 MiB limit binds before the pod's 480 MiB: the row is the
+    container's, and its time to limit comes from the sustained short slope."""
+    st = State("x", hist=Histories(windows()))
+    reads = []
+    for t in range(0, 20):
+        u = 40 * MiB + t * 2 * MiB
+        reads.append((float(t), exposition("llm", "vllm-0", {
+            "": (480 * MiB, u + 8 * MiB), "vllm": (160 * MiB, u)},
+            {("vllm", "EngineCore"): u - 10 * MiB, ("vllm", "APIServer"): 10 * MiB})))
+    feed(st, reads)
+    (row,) = st.rows
+    assert row.cgroup == "vllm" and row.horizon == "short"
+    assert row.rate == pytest.approx(2 * MiB)
+    assert row.ttl == pytest.approx((160 * MiB - 78 * MiB) / (2 * MiB), rel=0.01)
+    assert row.grower == "EngineCore anon"
+    # The same reads through the mirror directly: one definition.
+    f = fc.tightest(st.cgroups[("llm", "vllm-0")])
+    assert f is not None and f.container == "vllm" and f.time_to_limit == row.ttl
 
 
-def test_one_read_is_no_rate() -> None:
-    rates = Rates()
-    rates.observe(0.0, {("llm", "a"): pod("a", MiB)})
-    assert rates.rate(("llm", "a")) is None
+def test_a_kill_shows_in_the_row_with_its_age_and_link() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("llm", "p", {"": (GiB, 10 * MiB)})),
+              (1.0, exposition("llm", "p", {"": (GiB, 10 * MiB)}, kills=1))])
+    (row,) = st.rows
+    assert row.kill is not None and row.kill.when == 1.0
+    assert row.kill.link == "http://node-1:9847/debug/oom/"
+    text = [t for t, _ in draw(st, 80, 24, now=61.0)]
+    assert any("1 min ago" in t or "60 s ago" in t for t in text), text
+    assert any("http://node-1:9847/debug/oom/" in t for t in text)
+    # The pod's cgroups are removed: it stays on screen as gone, with its kill.
+    feed(st, [(2.0, exposition("llm", "q", {"": (GiB, 10 * MiB)}))])
+    gone = [r for r in st.rows if r.pod == "p"]
+    assert gone and gone[0].gone and gone[0].kill is not None
+
+
+def test_orphaned_dev_shm_is_a_column() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("llm", "p", {"": (GiB, 10 * MiB)}, orphaned=48 * MiB))])
+    lines = [t for t, _ in draw(st, 160, 20)]
+    assert "ORPHANED" in lines[1] and "48.0 MiB" in lines[2]
+
+
+def test_nan_inf_and_huge_values_are_shown_as_such_and_sorted_last() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("a", "nan", {"": (GiB, float("nan"))})
+               + exposition("a", "inf", {"": (float("inf"), 10 * MiB)})
+               + exposition("a", "huge", {"": (1e300, 1e300)})
+               + exposition("a", "ok", {"": (GiB, 900 * MiB)}))])
+    lines = [t for t, _ in draw(st, 200, 20)]
+    body = "\n".join(lines)
+    assert "nan" not in body.replace("a/nan", "") and "inf B" not in body
+    assert ">999 PiB" in body and "n/a" in body
+    assert all(len(t) < 200 for t in lines)
+    for key in ("t", "u"):
+        order = [r.pod for r in sort_rows(st.rows, key)]
+        assert order.index("ok") < order.index("nan"), (key, order)
+
+
+def test_widths_are_counted_in_terminal_columns() -> None:
+    assert width_of("推理服务") == 8 and width_of("e\u0301") == 1
+    name = "推理/服务-" + "x" * 40 + "-tail9"
+    cut_name = cut_middle(name, 20)
+    assert width_of(cut_name) <= 20 and cut_name.endswith("tail9")
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("推理", "服务-0", {"": (GiB, 10 * MiB)})
+               + exposition("llm", "p", {"": (GiB, 10 * MiB)}))])
+    for width in (80, 160):
+        lines = [t for t, _ in draw(st, width, 24)]
+        assert all(width_of(t) < width for t in lines), lines
+        assert len({width_of(t) for t in lines[1:4] if t}) == 1, lines  # columns line up
+
+
+def test_80_columns_keep_the_distinguishing_end_of_the_name_and_drop_by_priority() -> None:
+    st = State("x", hist=Histories(windows()))
+    pods = [f"llama-70b-instruct-predictor-00001-deployment-7f9c6d-{s}"
+            for s in ("x2kq9", "b8zzm")]
+    feed(st, [(0.0, "".join(exposition("kserve-inference", p, {"": (GiB, 10 * MiB)})
+                            for p in pods))])
+    lines = [t for t, _ in draw(st, 80, 24)]
+    assert any(t.split()[0].endswith("x2kq9") for t in lines[2:4])
+    assert any(t.split()[0].endswith("b8zzm") for t in lines[2:4])
+    head = lines[1]
+    for kept in ("TO LIMIT", "USED", "GROWTH", "KILL", "TOP GROWER"):
+        assert kept in head, head
+    assert "KV" not in head.split() and "ORPHANED" not in head
+    wide = [t for t, _ in draw(st, 160, 50)][1]
+    assert all(col.title in wide for col in COLUMNS)
 
 
 def state() -> State:
-    st = State("http://x")
-    st.pods = {p.key: p for p in (pod("alpha", 900 * MiB), pod("beta", 100 * MiB),
-                                  replace(pod("gamma", 10 * MiB, ns="batch"), shm=GiB,
-                                          processes=(Proc("c", "EngineCore", 9 * MiB),)))}
-    for t in range(5):
-        st.rates.observe(float(t), {k: replace(v, unreclaimable=(v.unreclaimable or 0)
-                                               + t * MiB * (k[1] == "beta"))
-                                    for k, v in st.pods.items()})
+    st = State("http://x", hist=Histories(windows()))
+    reads = []
+    for t in range(12):
+        reads.append((float(t), exposition("llm", "alpha", {"": (GiB, 900 * MiB)})
+                      + exposition("llm", "beta", {"": (GiB, 100 * MiB + t * 50 * MiB)})
+                      + exposition("batch", "gamma", {"": (GiB, 10 * MiB)},
+                                   {("c", "EngineCore"): 9 * MiB})
+                      + 'headroom_tmpfs_used_bytes{namespace="batch",pod="gamma",'
+                        'container="",mount="/dev/shm"} 1073741824\n'))
+    feed(st, reads)
     return st
 
 
 def names(st: State) -> list[str]:
-    return [x.pod.pod for x in rows(st.pods.values(), st.rates, st.sort, st.filt)]
+    return [r.pod for r in sort_rows(st.rows, st.sort, st.filt)]
 
 
 def test_keys_sort_filter_open_and_quit() -> None:
     st = state()
     assert names(st)[0] == "beta"  # growing: time to limit first
-    # n: by namespace, then pod (batch/gamma before llm/alpha)
     for key, first in (("u", "alpha"), ("s", "gamma"), ("n", "gamma"), ("g", "beta")):
         assert handle_key(st, key)
         assert names(st)[0] == first, key
@@ -102,6 +197,7 @@ def test_keys_sort_filter_open_and_quit() -> None:
     assert st.detail == ("batch", "gamma")
     lines = [text for text, _ in draw(st, 120, 20)]
     assert any("EngineCore" in ln for ln in lines)
+    assert any("LIMIT" in ln and "GROWTH" in ln and "PROCESS" in ln for ln in lines)
     handle_key(st, "\x1b")
     assert st.detail is None
     handle_key(st, "\x1b")
@@ -114,18 +210,21 @@ def test_draw_fits_any_terminal() -> None:
     for width, height in ((20, 5), (80, 24), (200, 60), (1, 2)):
         lines = draw(st, width, height)
         assert len(lines) == height
-        assert all(len(text) < max(width, 1) or not text for text, _ in lines)
+        assert all(width_of(text) < max(width, 1) or not text for text, _ in lines)
     st.error = "URLError: refused"
     assert draw(st, 80, 10)[1] == ("error: URLError: refused", "bad")
 
 
-def test_top_needs_a_terminal() -> None:
+def test_top_needs_a_terminal_and_a_url_with_a_scheme() -> None:
     import subprocess
     import sys
 
     r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--url", "http://x"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "needs a terminal" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--prometheus",
+                        "prometheus:9090"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "the URL needs http://" in r.stderr
 
 
 def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
@@ -135,7 +234,7 @@ def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
             f'headroom_process_memory_bytes{{namespace="ns",pod="{evil}",container="c",'
             f'process="{evil}",kind="rss_anon"}} 5\n')
     st = State("x")
-    st.pods = parse(text)
+    apply(st, Read(0.0, pods=parse(text)))
     st.detail = next(iter(st.pods))
     shown = [t for t, _ in draw(st, 100, 10)]
     st.detail = None
@@ -152,7 +251,7 @@ def test_reader_reads_in_the_background_and_reports_errors() -> None:
     import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from exporter.oncall.top import Read, Reader, apply
+    from exporter.oncall.top import Reader, local_reader
 
     body = GOLDEN.read_bytes()
     release = threading.Event()
@@ -175,8 +274,9 @@ def test_reader_reads_in_the_background_and_reports_errors() -> None:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    readers = [Reader(f"{base}/metrics", 0.2), Reader(f"{base}/hang", 0.2),
-               Reader("http://127.0.0.1:9/metrics", 0.2)]
+    readers = [Reader(local_reader(f"{base}/metrics", base), 0.2),
+               Reader(local_reader(f"{base}/hang", base), 0.2),
+               Reader(local_reader("http://127.0.0.1:9/metrics", base), 0.2)]
     try:
         # Hung: nothing yet, and no wait (latest() waiting on the read would return the
         # read's error, not None: the server answers nothing until ``release``).

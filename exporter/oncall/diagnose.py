@@ -12,9 +12,13 @@ and the renderers print the :class:`Diagnosis`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from exporter.oncall.forecast import Forecast, grower_text, growing, tightest
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -27,6 +31,8 @@ EXIT_CODES = {HEALTHY: 0, AT_RISK: 1, NO_DATA: 3}
 # Tunables of the verdict (the alerts' thresholds where they have one).
 NEAR_LIMIT_RATIO = 0.90  # HeadroomMemoryFillingUp's critical also wants the pod this full
 AT_RISK_HORIZON = 7 * DAY  # reaching the limit within a week at the lasting rate
+PAGE_HORIZON = HOUR  # the critical FillingUp page's: a climb reaching the limit sooner
+# is never "healthy", even one too fresh for the forecast's sustained windows
 MIN_GROWTH_BYTES_PER_DAY = 32 * MiB  # below this (or 0.5% of the limit) a day: noise
 MIN_GROWTH_LIMIT_RATIO = 0.005
 MIN_STALE_SHM = 16 * MiB
@@ -134,6 +140,9 @@ class KillEvidence:
     total: float
     last_day: float
     exporter: str  # the exporter's instance (host:port) that counted them
+    when: float | None = None  # the last kill (unix seconds), from the counter's history
+    grew: str = ""  # what grew before it and how fast
+    grew_rate: float | None = None  # B/s of that growth
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,9 @@ class Evidence:
     tmpfs: tuple[TmpfsEvidence, ...] = ()
     kv: tuple[KvEvidence, ...] = ()
     kills: tuple[KillEvidence, ...] = ()
+    # The forecast contract's series for the pod's cgroups (recorded, or the local mirror
+    # of the rules when they are not loaded); empty: judged from the trends alone.
+    forecasts: tuple[Forecast, ...] = ()
 
 
 # --- diagnosis -------------------------------------------------------------------------------
@@ -166,6 +178,11 @@ class Closeness:
     usage: float | None
     working_set: float | None
     reclaim_per_s: float | None
+    horizon: str | None = None  # the forecast's horizon that gives time_to_limit_s
+    source: str = "trends"  # recorded / local (the rules' mirror) / trends
+    grower: str = ""  # the forecast's top grower: "EngineCore anon", "dev_shm, no process"
+
+
 
 
 @dataclass(frozen=True)
@@ -194,6 +211,9 @@ class Kill:
     total: int
     last_day: int
     postmortem: str
+    when: float | None = None
+    age_s: float | None = None
+    grew: str = ""
 
 
 @dataclass(frozen=True)
@@ -210,6 +230,8 @@ class Diagnosis:
     kills: tuple[Kill, ...] = ()
     actions: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    headline: str = ""  # one line within 80 columns: verdict, pod, the one number
+    commands: tuple[str, ...] = ()  # ready to paste, for this pod
 
     @property
     def exit_code(self) -> int:
@@ -299,6 +321,20 @@ def _binding(cgroups: Iterable[CgroupEvidence]) -> tuple[CgroupEvidence, Closene
                     and cl.ratio >= p.ratio - 0.02):
                 return cg, cl
     return best
+
+
+def _from_forecast(ev: Evidence) -> tuple[CgroupEvidence, Closeness]:
+    """The binding cgroup and its closeness from the forecast contract's series: the one
+    answer every surface gives (time to limit at the horizon that binds)."""
+    f = tightest(ev.forecasts)
+    assert f is not None
+    cg = next((c for c in ev.cgroups if c.container == f.container), None)
+    if cg is None:
+        cg = CgroupEvidence(f.container, f.limit, Trend(f.unreclaimable))
+    return cg, dataclasses.replace(
+        _closeness(cg), limit=f.limit, unreclaimable=f.unreclaimable, headroom=f.headroom,
+        ratio=f.ratio, lasting_rate=f.rate, time_to_limit_s=f.time_to_limit,
+        horizon=f.horizon, source=f.source)
 
 
 def _rate_of(t: Trend | None, sustained: bool) -> float | None:
@@ -484,12 +520,30 @@ def _suggested_limit(peak: float) -> float:
     return math.ceil(peak * LIMIT_MARGIN / step) * step
 
 
-def _limit_advice(cg: CgroupEvidence, close: Closeness) -> str:
+def _limit_advice(cg: CgroupEvidence, close: Closeness, killed: bool = False,
+                  grew_rate: float | None = None) -> str:
     """The limit that holds the observed peak (and, while it grows, a planning horizon
-    of growth): a stopgap, said as one when growth is what kills."""
+    of growth): a stopgap, said as one when growth is what kills. After a kill the peak
+    is the old limit's (the kernel capped it), so it sizes nothing: the growth does."""
+    if killed:
+        rate = grew_rate if grew_rate and grew_rate > 0 else close.lasting_rate
+        head = (f"the peak before the kill is the {fmt_bytes(cg.limit)} limit itself "
+                "(the kernel capped it): it does not say what the pod needs")
+        if not rate or rate <= 0:
+            return head + "; size the limit from a run without kills"
+        day = cg.limit + rate * DAY
+        if day > 4 * cg.limit:
+            return (head + f"; at {fmt_rate(rate)} no limit holds a day of it: fix the "
+                    "growth (restart before the limit meanwhile)")
+        return (head + f"; a limit of {fmt_bytes(_suggested_limit(day))} holds one day "
+                f"of growth at {fmt_rate(rate)}: a stopgap, the growth must be fixed")
     peak = max(cg.peak_unreclaimable_1d or 0.0, close.unreclaimable)
     growing = close.lasting_rate is not None and close.time_to_limit_s is not None
     need = peak + (close.lasting_rate or 0.0) * AT_RISK_HORIZON if growing else peak
+    if growing and need > 4 * cg.limit:  # a climb of MiB/s: no limit holds a week of it
+        return (f"at {fmt_rate(close.lasting_rate)} no limit holds "
+                f"{fmt_duration(AT_RISK_HORIZON)} of this growth: fix the growth (restart "
+                "before the limit meanwhile)")
     limit = _suggested_limit(need)
     what = (f"the last day's unreclaimable peak ({fmt_bytes(peak)})" if not growing else
             f"the peak ({fmt_bytes(peak)}) plus {fmt_duration(AT_RISK_HORIZON)} of growth "
@@ -510,22 +564,34 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
                          "NO DATA: no headroom memory series for this pod; nothing to judge.",
                          notes=("is the exporter scraped (job, selector) and the pod on a "
                                 "node that runs it?",))
-    cg, close = _binding(ev.cgroups)
+    cg, close = _from_forecast(ev) if ev.forecasts else _binding(ev.cgroups)
     thr = growth_threshold(cg.limit)
-    # Attribute lasting growth; only a cgroup near its limit without any (a fresh ramp)
-    # is explained by what moves now.
-    sustained = not (close.time_to_limit_s is None and close.ratio >= NEAR_LIMIT_RATIO)
+    # Attribute lasting growth; a cgroup near its limit without any (a fresh ramp), or one
+    # whose forecast comes from a short or medium climb, is explained by what moves now.
+    # Just after a kill the last hour's slope is the climb into it, not one going on.
+    killed = any(k.when is not None and ev.at - k.when < PAGE_HORIZON for k in ev.kills)
+    climb = None if killed else _fresh_climb(close, thr)
+    sustained = not ((close.time_to_limit_s is None and close.ratio >= NEAR_LIMIT_RATIO)
+                     or close.horizon in ("short", "medium") or climb is not None)
     growth = _growth(ev, cg, sustained, thr)
     causes = _causes(ev, cg, close, growth, sustained, thr, runbook_base)
     kills = tuple(Kill(k.container, k.process, int(k.total), round(k.last_day),
-                       f"http://{k.exporter}/debug/oom/")
-                  for k in sorted(ev.kills, key=lambda k: -k.last_day) if k.total > 0)
+                       f"http://{k.exporter}/debug/oom/", k.when,
+                       None if k.when is None else max(0.0, ev.at - k.when), k.grew)
+                  for k in sorted(ev.kills, key=lambda k: (-k.last_day, -(k.when or 0)))
+                  if k.total > 0)
 
     reasons: list[str] = []
     if close.ratio >= NEAR_LIMIT_RATIO:
         reasons.append(f"unreclaimable memory is {close.ratio:.0%} of the limit")
     if close.time_to_limit_s is not None and close.time_to_limit_s < AT_RISK_HORIZON:
-        reasons.append(f"it reaches the limit in about {fmt_duration(close.time_to_limit_s)}")
+        reasons.append(f"it reaches the limit in about {fmt_duration(close.time_to_limit_s)}"
+                       + (f" ({HORIZON_WORDS[close.horizon]})" if close.horizon in
+                          HORIZON_WORDS else ""))
+    if climb is not None:
+        reasons.append(f"it climbs {fmt_rate(close.trend_1h)} now: the limit in about "
+                       f"{fmt_duration(climb)} at this rate (too fresh for the forecast's "
+                       "sustained horizons)")
     if any(c.code == "kv_offload" and "killed when the tier fills" in c.detail
            for c in causes):
         reasons.append("vLLM's CPU KV-offload tier does not fit in the headroom")
@@ -538,24 +604,39 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
 
     grew = [g for g in growth if g.what != "page_cache"]
     # One line names the fastest kind, then the fastest process, then what no process
-    # owns: "anon, EngineCore process".
+    # owns: "anon, EngineCore process". The forecast's top grower comes first: it is the
+    # answer the page, the dashboard and top give.
     picks = [next((g for g in grew if g.what in group), None)
              for group in (("kind",), ("process",), ("no_owner", "orphaned", "tmpfs"))]
     what = ", ".join(g.name if g.what != "process" else f"{g.name} process"
                      for g in picks if g is not None)
-    rate = close.lasting_rate if sustained else close.trend_1h
-    rate = rate if rate is not None and rate > thr else None
+    fg = _forecast_grower(ev, cg.container)
+    if fg:
+        what = fg
+        close = dataclasses.replace(close, grower=fg)
+    if climb is not None:
+        rate = close.trend_1h
+    elif close.source in ("recorded", "local"):
+        rate = close.lasting_rate
+    else:
+        rate = close.lasting_rate if sustained else close.trend_1h
+        rate = rate if rate is not None and rate > thr else None
     if verdict == AT_RISK:
         summary = (f"AT RISK: {where(cg.container)}: {'; '.join(reasons)}"
-                   + (f"; growing {fmt_rate(rate)} ({what})" if grew and rate else "") + ".")
+                   + (f"; growing {fmt_rate(rate)} ({what})" if (grew or fg) and rate
+                      else "") + ".")
     else:
         summary = (f"HEALTHY: unreclaimable memory is {close.ratio:.0%} of the "
                    f"{fmt_bytes(cg.limit)} limit"
-                   + (f" and grows slowly ({what}, {fmt_rate(rate)})" if grew and rate
+                   + (f" and grows slowly ({what}, {fmt_rate(rate)})" if (grew or fg)
+                      and rate else " and grows slowly" if rate
                       else " and is not growing") + ".")
         if any(g.name == "page cache (reclaimable)" for g in growth):
             summary = summary[:-1] + "; page cache grows, which the kernel reclaims."
+    headline = _headline(ev, verdict, close, kills, rate, climb)
 
+    killed_recently = any(k.last_day for k in kills)
+    grew_rate = next((k.grew_rate for k in ev.kills if k.grew_rate), None)
     actions: list[str] = []
     alerts = []
     if close.ratio >= NEAR_LIMIT_RATIO:
@@ -567,18 +648,87 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     runbooks = list(dict.fromkeys([_runbook(runbook_base, a) for a in alerts]
                                   + [c.runbook for c in causes if c.runbook]))
     if verdict == AT_RISK or causes:
-        actions += [f"runbook: {r}" for r in runbooks[:3]]
         for c in causes:
             if c.settings:
                 actions.append(f"{c.title}: check {', '.join(c.settings)}")
-        actions.append(_limit_advice(cg, close))
+        actions.append(_limit_advice(cg, close, killed_recently, grew_rate))
         if any(c.code == "stale_shm" for c in causes):
-            actions.append("remove the stale files (kubectl exec POD -- ls -la /dev/shm) "
+            actions.append("remove the stale files (the ls command above shows them) "
                            "or delete the pod: only a new pod gets a fresh /dev/shm")
+        actions += [f"runbook: {r}" for r in runbooks[:3]]
+    commands = _commands(ev, cg.container, kills, verdict == AT_RISK or bool(causes))
     notes: list[str] = []
     if close.working_set is not None and close.usage is not None:
         notes.append(f"working set {fmt_bytes(close.working_set)} (the kubelet's figure) "
                      f"vs unreclaimable {fmt_bytes(close.unreclaimable)}: the working set "
                      "counts page cache the kernel can take back")
+    if close.source == "local":
+        notes.append("the recording rules are not loaded: the forecast was computed here "
+                     "from the raw series (the rules' definition, exporter/oncall/forecast.py)")
     return Diagnosis(ev.namespace, ev.pod, ev.at, verdict, summary, tuple(reasons), close,
-                     tuple(growth), tuple(causes), kills, tuple(actions), tuple(notes))
+                     tuple(growth), tuple(causes), kills, tuple(actions), tuple(notes),
+                     headline, commands)
+
+
+HORIZON_WORDS = {"short": "climbing for minutes", "medium": "climbing for hours",
+                 "lasting": "growth over days"}
+
+
+def _forecast_grower(ev: Evidence, container: str) -> str:
+    f = next((f for f in ev.forecasts if f.container == container and growing(f.grower)),
+             None)
+    return printable(grower_text(f.grower), 60) if f is not None else ""
+
+
+def fit(text: str, width: int = 80) -> str:
+    """Cut in the middle: the end of a pod name (its replica hash) tells pods apart."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep - keep * 2 // 3] + "…" + text[len(text) - keep * 2 // 3:]
+
+
+def _fresh_climb(close: Closeness, thr: float) -> float | None:
+    """Seconds to the limit at the last hour's slope, when the forecast has none and that
+    slope reaches the limit within the page's horizon (a climb of a minute or two)."""
+    slope = close.trend_1h
+    if close.time_to_limit_s is not None or close.source == "trends" or slope is None \
+            or slope <= thr:
+        return None
+    t = close.headroom / slope
+    return t if t < PAGE_HORIZON else None
+
+
+def _headline(ev: Evidence, verdict: str, close: Closeness, kills: Sequence[Kill],
+              rate: float | None, climb: float | None = None) -> str:
+    word = {AT_RISK: "AT RISK", HEALTHY: "HEALTHY", NO_DATA: "NO DATA"}[verdict]
+    if close.time_to_limit_s is not None:
+        num = f"limit in {fmt_duration(close.time_to_limit_s)}"
+    elif climb is not None:
+        num = f"climbing, limit in ~{fmt_duration(climb)}"
+    else:
+        num = f"{close.ratio:.0%} of limit" + ("" if rate else ", flat")
+    fresh = [k for k in kills if k.last_day and k.age_s is not None]
+    if fresh:
+        num = f"OOM-killed {fmt_duration(fresh[0].age_s or 0.0)} ago; " + num
+    tail = f": {num}"
+    name = f"{ev.namespace}/{ev.pod}" if ev.namespace else ev.pod
+    room = 80 - len(word) - 1 - len(tail)
+    return f"{word} {fit(name, max(12, room))}{tail}"[:80]
+
+
+def _commands(ev: Evidence, container: str, kills: Sequence[Kill], wanted: bool
+              ) -> tuple[str, ...]:
+    """Ready to paste: the real namespace, pod and container, quoted for a shell."""
+    if not wanted or not ev.namespace:
+        return ()
+    ns, pod = shlex.quote(ev.namespace), shlex.quote(ev.pod)
+    inner = container or next((p.container for p in ev.processes if p.container), "")
+    cflag = f" -c {shlex.quote(inner)}" if inner else ""
+    out = [f"kubectl -n {ns} describe pod {pod}",
+           f"kubectl -n {ns} exec {pod}{cflag} -- ls -la /dev/shm",
+           f"kubectl -n {ns} exec {pod}{cflag} -- sh -c 'cat /sys/fs/cgroup/memory.stat "
+           "2>/dev/null || cat /sys/fs/cgroup/memory/memory.stat'"]
+    if kills:
+        out.insert(1, f"curl -s {shlex.quote(kills[0].postmortem)}")
+    return tuple(out)

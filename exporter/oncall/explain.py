@@ -1,8 +1,10 @@
 """``headroom explain NAMESPACE/POD``: why is this pod close to an OOM kill, in plain words.
 
-Fetches the evidence from Prometheus (the exporter's own series: the metric contract
-alone, no recording rule needed), judges it with :mod:`exporter.oncall.diagnose` and
-prints a diagnosis with the evidence under it, or JSON (``--output json``).
+Fetches the evidence from Prometheus: the forecast contract's recorded series for the
+verdict and the time to limit (the answer the page, the dashboard and ``top`` give; when
+the recording rules are not loaded, the same definition computed here from the raw series,
+and said so), the exporter's own series for what grows and why. Judges it with
+:mod:`exporter.oncall.diagnose` and prints a diagnosis, or JSON (``--output json``).
 
 Exit codes (design.md section 7): 0 healthy, 1 at risk, 2 bad usage, 3 no data
 (no series for the pod, or Prometheus could not answer).
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from exporter import catalog as c
+from exporter.oncall import forecast as fc
 from exporter.oncall.diagnose import (
     AT_RISK,
     HEALTHY,
@@ -45,7 +49,14 @@ from exporter.oncall.diagnose import (
     printable,
     where,
 )
-from exporter.oncall.prom_client import PromAuth, PromClient, PromError, Sample
+from exporter.oncall.prom_client import (
+    PromAuth,
+    PromClient,
+    PromError,
+    RangeSeries,
+    Sample,
+    url_problem,
+)
 
 USAGE, NO_DATA_EXIT = 2, 3
 
@@ -215,7 +226,114 @@ async def fetch(prom: PromClient, namespace: str, pod: str, extra: str, at: floa
                 ) -> Evidence:
     queries = pod_queries(namespace, pod, extra)
     results = await prom.query_many(list(queries.values()), at)
-    return evidence(namespace, pod, at, dict(zip(queries, results, strict=True)))
+    ev = evidence(namespace, pod, at, dict(zip(queries, results, strict=True)))
+    if not ev.cgroups:
+        return ev
+    rq = fc.recorded_queries(selector(namespace, pod, extra))
+    recorded = fc.from_recorded(dict(zip(rq, await prom.query_many(list(rq.values()), at),
+                                         strict=True)))
+    w = fc.Windows.of()
+    span = 2 * w.baseline + HISTORY_MARGIN
+    ranges = range_queries(namespace, pod, extra)
+    answers = await asyncio.gather(*(prom.query_range(q, at - span, at, RANGE_STEP)
+                                     for q in ranges.values()))
+    hist = histories(ev, dict(zip(ranges, answers, strict=True)))
+    if recorded:
+        forecasts = tuple(recorded.values())
+    else:  # no recording rules: the same definition over the raw series (said so)
+        forecasts = tuple(fc.mark_binding(
+            f for h in hist if (f := fc.local_forecast(h, at, w)) is not None))
+    kill_series = await prom.query_range(
+        f"max by (container, process) ({c.OOM_KILLS_TOTAL.name}{selector(namespace, pod, extra)})",
+        at - DAY_S, at, KILL_STEP)
+    kills = tuple(_with_kill_time(k, kill_series, hist) for k in ev.kills)
+    return dataclasses.replace(ev, forecasts=forecasts, kills=kills)
+
+
+RANGE_STEP = 60.0  # the rules' evaluation interval: the mirror sees what they see
+KILL_STEP = 15.0
+DAY_S = 86400.0
+HISTORY_MARGIN = 3600.0
+BEFORE_KILL = 30 * 60.0  # "what grew before it": the half hour before the kill
+
+
+def range_queries(namespace: str, pod: str, extra: str = "") -> dict[str, str]:
+    """The raw series the local forecast and the kill's story read over two days."""
+    s = selector(namespace, pod, extra)
+    kinds = with_matchers(s, 'kind=~"anon|shmem|kernel"')
+    procs = with_matchers(s, 'kind=~"rss_anon|rss_shmem"')
+    shm = with_matchers(s, 'mount="/dev/shm"')
+    return {
+        "unreclaimable": f"max by (container) ({c.MEMORY_UNRECLAIMABLE_BYTES.name}{s})",
+        "kinds": f"max by (container, kind) ({c.MEMORY_BYTES.name}{kinds})",
+        "processes": f"sum by (container, process) (max by (container, process, kind) ("
+                     f"{c.PROCESS_MEMORY_BYTES.name}{procs}))",
+        "dev_shm": f"max by (container) ({c.TMPFS_USED_BYTES.name}{shm})",
+    }
+
+
+def histories(ev: Evidence, ranges: Mapping[str, Sequence[RangeSeries]]
+              ) -> list[fc.History]:
+    """Range answers -> one History per cgroup of the pod. The pod-level cgroup holds
+    every container's processes and the pod's /dev/shm."""
+    def lab(r: RangeSeries, k: str) -> str:
+        return printable(r.labels.get(k, ""))
+
+    unrecl = {lab(r, "container"): r.points for r in ranges.get("unreclaimable", ())}
+    out = []
+    for cg in ev.cgroups:
+        if cg.container not in unrecl:
+            continue
+        kinds = {lab(r, "kind"): r.points for r in ranges.get("kinds", ())
+                 if lab(r, "container") == cg.container}
+        for r in ranges.get("dev_shm", ()):
+            if cg.container == "":
+                kinds["dev_shm"] = r.points
+        procs = {lab(r, "process"): r.points for r in ranges.get("processes", ())
+                 if cg.container == "" or lab(r, "container") == cg.container}
+        out.append(fc.History(ev.namespace, ev.pod, cg.container, cg.limit,
+                              unrecl[cg.container], kinds, procs))
+    return out
+
+
+def kill_time(points: Sequence[tuple[float, float]], start: float, step: float
+              ) -> float | None:
+    """The last moment the counter rose; a series born with a kill counts from birth."""
+    last = None
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if v1 > v0 or (t1 - t0 > 2 * step and v1 > 0):
+            last = t1
+    if last is None and points and points[0][1] > 0 and points[0][0] > start + step:
+        last = points[0][0]
+    return last
+
+
+def _with_kill_time(k: KillEvidence, series: Sequence[RangeSeries],
+                    hist: Sequence[fc.History]) -> KillEvidence:
+    pts = next((r.points for r in series if printable(r.labels.get("container", "")) ==
+                k.container and printable(r.labels.get("process", "")) == k.process), ())
+    start = pts[0][0] - KILL_STEP if pts else 0.0
+    when = kill_time(pts, start, KILL_STEP) if k.last_day else None
+    if when is None:
+        return k
+    text, rate = before_kill(hist, k.container, when)
+    return dataclasses.replace(k, when=when, grew=text, grew_rate=rate)
+
+
+def before_kill(hist: Sequence[fc.History], container: str, when: float
+                ) -> tuple[str, float | None]:
+    """What grew in the half hour before a kill and how fast: the process (else kind)
+    that rose most (the post-mortem page's headline reads the same function)."""
+    h = next((h for h in hist if h.container == container), None) or next(
+        (h for h in hist if h.container == ""), None)
+    if h is None:
+        return "", None
+    series = {**h.processes, **{f"{k} (no process)": v for k, v in h.kinds.items()}}
+    r = fc.rose_most(series, when, BEFORE_KILL, RANGE_STEP)
+    if r is None:
+        return "nothing rose in the half hour before it", None
+    return (f"{r.name} +{fmt_bytes(r.rise)} in the {fmt_duration(when - r.start)} "
+            f"before it ({fmt_rate(r.rate)})", r.rate)
 
 
 async def degraded_notes(prom: PromClient, sel: str, at: float) -> list[str]:
@@ -289,20 +407,45 @@ def _wrap(text: str, width: int = 100, bullet: str = "  - ") -> list[str]:
         break_long_words=False, break_on_hyphens=False)]
 
 
-def to_text(d: Diagnosis, style: Style = plain) -> str:
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+SOURCES = {"recorded": "the recorded forecast",
+           "local": "computed here: the recording rules are not loaded",
+           "trends": "the raw trends"}
+
+
+def to_text(d: Diagnosis, style: Style = plain, width: int = 80) -> str:
     colour = {AT_RISK: "red", HEALTHY: "green", NO_DATA: "yellow"}[d.verdict]
-    head = f"{d.namespace}/{d.pod}" if d.namespace else d.pod
-    lines = [f"{style(head, 'bold')}: {style(d.summary, colour)}"]
+    head = d.headline or (f"{d.namespace}/{d.pod}" if d.namespace else d.pod)
+    lines = [style(head[:width], colour)]
+    lines += [style(ln, "bold") for ln in _wrap(d.summary, width, bullet="")]
+    if d.commands:
+        lines += ["", style("Run now", "bold")]
+        lines += [f"  {cmd}" for cmd in d.commands]
+    if d.kills:
+        lines += ["", style("Kills", "bold")]
+        for k in d.kills:
+            when = (f"last at {_stamp(k.when)} ({fmt_duration(k.age_s or 0.0)} ago), "
+                    if k.when is not None else "")
+            lines += _wrap(f"{when}{k.total} total, {k.last_day} in the last day: victim "
+                           f"{k.process} in the {where(k.container)}"
+                           + (f"; {k.grew}" if k.grew else "")
+                           + f"; post-mortem: {k.postmortem}", width)
     cl = d.closeness
     if cl is not None:
-        lines += ["", style(f"How close ({cl.cgroup})", "bold"),
+        lines += ["", style(f"How close ({cl.cgroup}, binding)", "bold"),
                   f"  unreclaimable  {fmt_bytes(cl.unreclaimable)} of {fmt_bytes(cl.limit)} "
                   f"({cl.ratio:.0%}); headroom {fmt_bytes(cl.headroom)}"]
         if cl.time_to_limit_s is not None:
             lines.append(f"  time to limit  about {fmt_duration(cl.time_to_limit_s)} at "
-                         f"{fmt_rate(cl.lasting_rate)} (lasting growth)")
+                         f"{fmt_rate(cl.lasting_rate)} ({cl.horizon or 'lasting'} growth)")
+        elif cl.lasting_rate:
+            lines.append(f"  time to limit  none forecast; grows {fmt_rate(cl.lasting_rate)}")
         else:
-            lines.append("  time to limit  not growing")
+            lines.append("  time to limit  none forecast: not growing at any horizon")
+        lines.append(f"  forecast from  {SOURCES.get(cl.source, cl.source)}")
         lines.append(f"  trend          1h {fmt_rate(cl.trend_1h)}   6h {fmt_rate(cl.trend_6h)}"
                      f"   1d {fmt_rate(cl.trend_1d)}"
                      + (f"   daily floor {fmt_bytes(cl.floor_rise_1d)}/day"
@@ -322,22 +465,17 @@ def to_text(d: Diagnosis, style: Style = plain) -> str:
     if d.causes:
         lines += ["", style("Likely cause", "bold")]
         for cause in d.causes:
-            lines += _wrap(f"{cause.title}: {cause.detail}")
+            lines += _wrap(f"{cause.title}: {cause.detail}", width)
             if cause.settings:
                 lines.append(f"    setting: {', '.join(cause.settings)}")
-    if d.kills:
-        lines += ["", style("Past kills", "bold")]
-        for k in d.kills:
-            lines.append(f"  {k.total} total, {k.last_day} in the last day: victim "
-                         f"{k.process} ({where(k.container)}); post-mortem: {k.postmortem}")
     if d.actions:
         lines += ["", style("What to do now", "bold")]
         for a in d.actions:
-            lines += [f"  - {a}"] if a.startswith("runbook: ") else _wrap(a)
+            lines += [f"  - {a}"] if a.startswith("runbook: ") else _wrap(a, width)
     if d.notes:
         lines.append("")
         for n in d.notes:
-            lines += [style(ln, "dim") for ln in _wrap(n, bullet="  note: ")]
+            lines += [style(ln, "dim") for ln in _wrap(n, width, bullet="  note: ")]
     return "\n".join(lines) + "\n"
 
 
@@ -404,6 +542,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     try:
         if not args.prometheus_url:
             raise UsageError("--prometheus.url is required (or HEADROOM_PROMETHEUS_URL)")
+        problem = url_problem(args.prometheus_url)
+        if problem:
+            raise UsageError(f"--prometheus.url: {problem}")
         at = parse_time(args.at) if args.at else None
         auth = auth_from(args)
         d = asyncio.run(explain(args.prometheus_url, args.target, auth, args.selector, at,

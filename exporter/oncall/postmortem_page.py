@@ -1,8 +1,11 @@
 """The post-mortem as a page: flight-recorder documents -> HTML with inline SVG charts.
 
 Pure functions, no I/O: ``render_index`` lists the documents, ``render_document`` draws
-one kill (the victim, the binding limit, and the last minutes: usage, unreclaimable
-memory, the kinds stacked, the top processes, the limit line and the moment of the kill).
+one kill: a headline with the victim, the limit and what grew and how fast (the same
+function explain's "what grew before the kill" uses), then the climb: usage (the
+sampler's 1 s points, up to the kill), unreclaimable memory, the kinds stacked, the top
+processes, the limit line and the moment of the kill, on an axis zoomed to the climb. The
+whole recorded window (15 minutes) is one click away (``<details>``: no script).
 Everything is drawn on the server: no script, no stylesheet or font from elsewhere, so it
 works on an air-gapped cluster and on a phone.
 
@@ -20,6 +23,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from exporter.oncall.forecast import climb_start, rose_most
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -104,14 +109,17 @@ class ChartData:
     processes: tuple[Series, ...]  # anon + mapped shmem of the top processes
 
 
-def chart_data(part: Mapping[str, Any], kill: float, window: float) -> ChartData:
-    start = kill - window
+def chart_data(part: Mapping[str, Any], kill: float, window: float,
+               start: float | None = None) -> ChartData:
+    """The part's points from ``start`` (default: ``window`` before the kill)."""
+    start = kill - window if start is None else max(start, kill - window)
     usage = tuple(sorted(
         (t, v) for t, v in ((_num(p[0]), _num(p[1])) for p in _list(part.get("usage"))
                             if isinstance(p, list) and len(p) == 2)
         if t is not None and v is not None and start <= t <= kill + 60))
     scrapes = sorted((s for s in (_dict(x) for x in _list(part.get("scrapes")))
-                      if _num(s.get("time")) is not None), key=lambda s: _num(s["time"]) or 0)
+                      if (t := _num(s.get("time"))) is not None and t >= start),
+                     key=lambda s: _num(s["time"]) or 0)
 
     def line(key: str) -> tuple[Point, ...]:
         return tuple((_num(s["time"]) or 0, v) for s in scrapes
@@ -200,7 +208,7 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory",
                    f'y2="{y(v):.1f}"/><text class="axis" x="{x0 - 6}" y="{y(v) + 4:.1f}" '
                    f'text-anchor="end">{e(fmt_bytes(v).replace(".0 ", " "))}</text>')
     span = end - d.start
-    step = next((s for s in (30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+    step = next((s for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
                  if span / s <= f.x_labels), 14400)
     t = d.kill
     while t >= d.start:
@@ -233,6 +241,12 @@ def svg_chart(d: ChartData, title: str, victim: str, kind: str = "memory",
         if d.usage:
             out.append(f'<path class="usage" fill="none" stroke="#111" stroke-width="1.5" '
                        f'd="{_path(d.usage, x, y)}"><title>usage (1 s)</title></path>')
+            # The sampler's own readings as dots where they are few enough to tell apart
+            # (the zoomed climb): they run up to the kill, past the last scrape.
+            if len(d.usage) <= pw / 4:
+                out.append('<g class="samples" fill="#111">' + "".join(
+                    f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2"/>' for t, v in d.usage)
+                    + "<title>the sampler's readings</title></g>")
         if d.unreclaimable:
             out.append(f'<path class="unreclaimable" fill="none" stroke="#e6550d" '
                        f'stroke-width="3" d="{_path(d.unreclaimable, x, y)}">'
@@ -286,6 +300,7 @@ svg text{font-size:13px}svg .label{font-size:14px;font-weight:600}
 .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:.9rem}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:-1px}
 .muted{color:#666;font-size:.9rem}code{word-break:break-all}
+details.context{margin:1em 0}details.context summary{cursor:pointer;font-weight:600}
 """
 
 
@@ -347,6 +362,43 @@ def _process_table(scrape: Mapping[str, Any]) -> str:
         for p in procs) + "</table>"
 
 
+def _ago(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else (
+        f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min")
+
+
+def fmt_rate(per_s: float) -> str:
+    if per_s >= MiB:
+        return f"+{fmt_bytes(per_s)}/s"
+    if per_s * 3600 >= MiB:
+        return f"+{fmt_bytes(per_s * 3600)}/h"
+    return f"+{fmt_bytes(per_s * 86400)}/day"
+
+
+def zoom(data: ChartData, kill: float, window: float) -> float:
+    """Where the chart starts: a little before the last climb to the kill (a quarter of
+    the climb, at least 10 s; at least 60 s shown), else the whole window."""
+    points = data.usage or data.unreclaimable
+    began = climb_start(points, kill)
+    if began is None:
+        return kill - window
+    margin = max(10.0, 0.25 * (kill - began))
+    return max(kill - window, min(began - margin, kill - 60.0))
+
+
+def what_grew(data: ChartData, kill: float, since: float) -> str:
+    """The process (else the kind) that rose most over the climb, with its rate: the
+    function explain uses for "what grew before the kill"."""
+    series = {s.name: s.points for s in data.processes}
+    kinds = {f"{s.name} (no process)": s.points for s in data.kinds
+             if s.name in ("anon", "shmem", "kernel")}
+    r = rose_most(series, kill, kill - since) or rose_most(kinds, kill, kill - since)
+    if r is None:
+        return "nothing rose before it"
+    return (f"{r.name} grew +{fmt_bytes(r.rise)} in the {_ago(kill - r.start)} before it "
+            f"({fmt_rate(r.rate)})")
+
+
 def render_document(name: str, doc: Mapping[str, Any]) -> str:
     kill = _num(doc.get("time")) or 0.0
     # A window from the document, within sense: the chart divides by it.
@@ -356,33 +408,53 @@ def render_document(name: str, doc: Mapping[str, Any]) -> str:
     source = {"kmsg": "named by the kernel log", "guess": "a guess: the largest process "
               "that vanished", "unknown": "not known"}.get(_str(victim.get("source")),
                                                           "source unknown")
-    data = chart_data(doc, kill, window)
+    full = chart_data(doc, kill, window)
+    start = zoom(full, kill, window)
+    data = chart_data(doc, kill, window, start)
     scrapes = [_dict(s) for s in _list(doc.get("scrapes"))]
     last = scrapes[-1] if scrapes else {}
-    limit = data.limit[-1][1] if data.limit else None
-    peak = max((v for _, v in data.usage), default=None)
+    limit = data.limit[-1][1] if data.limit else (full.limit[-1][1] if full.limit else None)
+    peak = max((v for _, v in full.usage), default=None)
     where = _workload(doc)
+    grew = what_grew(full, kill, start)
+    sampled = [t for t, _ in full.usage if t <= kill + 1]
+    last_scrape = _num(last.get("time"))
+    readings = []
+    if sampled:
+        readings.append(f"the sampler's last reading {_ago(max(0.0, kill - sampled[-1]))} "
+                        "before the kill")
+    if last_scrape is not None:
+        readings.append(f"the last scrape {_ago(max(0.0, kill - last_scrape))} before it")
     body = [
         '<p class="muted"><a href="./">all kills</a> · <a href="?format=json">JSON</a></p>',
         f"<h1>OOM kill: {e(where)}</h1>",
-        f'<div class="verdict"><b>{e(process)}</b> (pid {e(victim.get("pid") or "?")}, '
-        f"{e(source)}) was killed at {e(_when(kill))} when the cgroup reached its limit of "
-        f"<b>{e(fmt_bytes(limit))}</b>" + (f"; usage peaked at {e(fmt_bytes(peak))}"
-                                           if peak is not None else "") + ".</div>",
-        f'<p class="muted">cgroup <code>{e(doc.get("cgroup"))}</code> · the last '
-        f"{window / 60:.0f} minutes before the kill</p>",
+        f'<div class="verdict"><b>{e(grew)}</b>. <b>{e(process)}</b> (pid '
+        f'{e(victim.get("pid") or "?")}, {e(source)}) was killed at {e(_when(kill))} when '
+        f"the cgroup reached its limit of <b>{e(fmt_bytes(limit))}</b>"
+        + (f"; usage peaked at {e(fmt_bytes(peak))}" if peak is not None else "") + ".</div>",
+        f'<p class="muted">cgroup <code>{e(doc.get("cgroup"))}</code> · the climb: the last '
+        f"{_ago(kill - start)} before the kill" + (f" ({e('; '.join(readings))})"
+                                                  if readings else "") + "</p>",
         "<h2>Memory: kinds stacked, usage, unreclaimable, limit</h2>",
         charts(data, f"memory of {where} before the OOM kill", process),
         _legend(data, "memory"),
         "<h2>Top processes (anon + mapped shmem)</h2>",
         charts(data, f"top processes of {where}", process, "processes"),
         _legend(data, "processes"),
-        "<h2>The last scrape before the kill</h2>",
+        f'<details class="context"><summary>The whole recorded window: {window / 60:.0f} '
+        "minutes before the kill</summary>",
+        charts(full, f"memory of {where}, {window / 60:.0f} minutes", process, "context"),
+        charts(full, f"top processes of {where}, {window / 60:.0f} minutes", process,
+               "processes"),
+        "</details>",
+        "<h2>The last scrape before the kill"
+        + (f" ({_ago(max(0.0, kill - last_scrape))} before it)" if last_scrape is not None
+           else "") + "</h2>",
         _last_table(last), _process_table(last),
     ]
     pod = _dict(doc.get("pod_level"))
     if pod.get("usage") or pod.get("scrapes"):
-        pdata = chart_data(pod, kill, window)
+        pdata = chart_data(pod, kill, window, start)
         body += [f"<h2>Pod-level cgroup <code>{e(pod.get('cgroup'))}</code></h2>",
                  charts(pdata, f"pod-level cgroup of {where}", process, "pod"),
                  _legend(pdata, "memory")]

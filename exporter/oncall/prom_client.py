@@ -8,6 +8,7 @@ Prometheus behind the same exporter-toolkit web config headroom itself uses.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import ssl
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,19 @@ import aiohttp
 
 class PromError(Exception):
     """Prometheus could not be reached or refused a query."""
+
+
+def url_problem(url: str) -> str | None:
+    """Why a Prometheus base URL cannot be used, or None: a missing scheme is the common
+    slip (``prometheus:9090``), and aiohttp's own error for it says nothing useful."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a URL: {url!r} ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"the URL needs http:// or https:// (got {url!r})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,28 @@ def basic_auth(auth: PromAuth) -> aiohttp.BasicAuth | None:
     return aiohttp.BasicAuth(auth.username, password)
 
 
+@dataclass(frozen=True)
+class RangeSeries:
+    labels: Mapping[str, str]
+    points: tuple[tuple[float, float], ...]
+
+
+MAX_ANSWER_BYTES = 32 << 20  # one answer; a node's whole history for one pod is < 2 MiB
+
+
+def parse_matrix(body: Mapping[str, Any]) -> list[RangeSeries]:
+    """The ``data`` of a successful range query -> series of finite points."""
+    data = body.get("data") or {}
+    out: list[RangeSeries] = []
+    if data.get("resultType") != "matrix":
+        return out
+    for r in data.get("result", []):
+        pts = tuple((float(t), v) for t, x in r.get("values", [])
+                    if math.isfinite(v := float(x)))
+        out.append(RangeSeries(dict(r.get("metric", {})), pts))
+    return out
+
+
 def parse_vector(body: Mapping[str, Any]) -> list[Sample]:
     """The ``data`` of a successful instant query -> samples (vector or scalar).
     NaN and infinities are dropped: a ratio over nothing is no evidence."""
@@ -85,8 +121,9 @@ class PromClient:
     """``async with PromClient(url, auth) as prom: await prom.query(expr, at)``."""
 
     def __init__(self, url: str, auth: PromAuth | None = None, timeout: float = 30.0,
-                 concurrency: int = 8) -> None:
+                 concurrency: int = 8, max_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
+        self.max_bytes = max_bytes
         self.auth = auth or PromAuth()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -105,19 +142,26 @@ class PromClient:
         if self._session is not None:
             await self._session.close()
 
-    async def query(self, expr: str, at: float | None = None) -> list[Sample]:
+    async def _post(self, path: str, form: Mapping[str, str]) -> dict[str, Any]:
+        """POST a query form (long selectors stay out of URLs and access logs) and read at
+        most ``max_bytes`` of the answer: a Prometheus (or anything at that URL) cannot
+        make the CLI hold more."""
         assert self._session is not None, "use PromClient as an async context manager"
-        form = {"query": expr}
-        if at is not None:
-            form["time"] = f"{at:.3f}"
         async with self._slots:
             try:
-                # POST: long selectors stay out of URLs and access logs.
-                async with self._session.post(f"{self.url}/api/v1/query",
-                                              data=form) as resp:
+                async with self._session.post(f"{self.url}{path}", data=dict(form)) as resp:
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > self.max_bytes:
+                            raise PromError(f"{self.url}: answer larger than "
+                                            f"{self.max_bytes >> 20} MiB; narrow the query")
+                        chunks.append(chunk)
+                    raw = b"".join(chunks)
                     try:
-                        body = await resp.json(content_type=None)
-                    except (ValueError, aiohttp.ContentTypeError):
+                        body = json.loads(raw)
+                    except ValueError:
                         hint = (" (check --prometheus.username and --prometheus.password-file)"
                                 if resp.status in (401, 403) else "")
                         raise PromError(f"{self.url}: HTTP {resp.status} {resp.reason}, "
@@ -128,8 +172,20 @@ class PromClient:
                 raise PromError(f"{self.url}: no answer in {self._timeout.total} s") from exc
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise PromError(f"{self.url}: query failed: {error or body!r}")
-        return parse_vector(body)
+            raise PromError(f"{self.url}: query failed: {error or body!r}"[:500])
+        return body
+
+    async def query(self, expr: str, at: float | None = None) -> list[Sample]:
+        form = {"query": expr}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        return parse_vector(await self._post("/api/v1/query", form))
+
+    async def query_range(self, expr: str, start: float, end: float, step: float
+                          ) -> list[RangeSeries]:
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                "step": f"{step:g}"}
+        return parse_matrix(await self._post("/api/v1/query_range", form))
 
     async def query_many(self, exprs: Sequence[str], at: float | None = None
                          ) -> list[list[Sample]]:
