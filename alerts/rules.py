@@ -500,10 +500,38 @@ def critical_condition(config: Config, scale: float) -> str:
         """,
         g=g, ttl=q.TIME_TO_LIMIT_BY_HORIZON, fast=_ttl(config, "short|medium"),
         lasting=_ttl(config, "lasting"), u=q.UNRECLAIMABLE, env=env, rate=lasting_rate,
-        bw=config.baseline_window_s, crit=h(config.fill_critical_horizon_s),
+        # The page must be out (its `for:` elapsed) when the kill is the horizon away.
+        bw=config.baseline_window_s,
+        crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
         bw_h=h(config.baseline_window_s), lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),
         fast_confirm=h(config.fill_fast_confirm_horizon_s),
+    )
+
+
+def _crash_loop_hold(config: Config) -> str:
+    """A page stays on through a crash loop (the pod recreated under the same name): for
+    an hour after a kill, and while memory grows again within the loop window of one.
+    One stream of pages; HeadroomPodOOMKilled reports every kill."""
+    pod = by(*config.pod_labels)
+    g = by(*config.group_labels)
+
+    def killed(window_s: int) -> str:
+        return (f"max by {pod} (max_over_time(ALERTS{{alertname=\"HeadroomPodOOMKilled\", "
+                f"alertstate=\"firing\"}}[{duration(window_s)}]))")
+
+    return expr(
+        """
+            min by ${g} (${ttl})
+          and on ${pod}
+            ${loop}
+        or
+            ${headroom} * 0
+          and on ${pod}
+            ${after}
+        """,
+        g=g, pod=pod, ttl=q.TIME_TO_LIMIT_BY_HORIZON, headroom=q.HEADROOM,
+        loop=killed(config.crash_loop_window_s), after=killed(config.oom_lookback_s),
     )
 
 
@@ -512,7 +540,8 @@ def filling_up_critical(config: Config) -> Rule:
     clear = config.fill_critical_clear_horizon_s / config.fill_critical_horizon_s
     condition = hysteresis(config, name, "critical",
                            binding(config, critical_condition(config, 1)),
-                           binding(config, critical_condition(config, clear)))
+                           binding(config, critical_condition(config, clear) + "\nor\n"
+                                   + _crash_loop_hold(config)))
     return _alert(
         config, name, condition, "critical", config.fill_critical_for_s,
         "{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "

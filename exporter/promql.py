@@ -122,6 +122,9 @@ class Config:
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
     fill_fast_confirm_horizon_s: int = 2 * HOUR
     fill_critical_for_s: int = 5 * MINUTE
+    # A page stays on while the pod keeps being OOM-killed and grows again within this
+    # window of a kill (a crash loop under the same pod name: one stream of pages).
+    crash_loop_window_s: int = 6 * HOUR
 
     # --- HeadroomMemoryNearLimit and panel thresholds -----------------------------------
     near_limit_ratio: float = 0.95  # red on panels
