@@ -82,12 +82,15 @@ def _top_grower(config: Config) -> str:
     (the process and the kind) and how /dev/shm moves, from TOP_GROWER and KIND_GROWTH."""
     matchers = ",".join(f"{x}=%q" for x in config.group_labels)
     args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    # /dev/shm is the pod's (its pod-level cgroup is charged), whichever cgroup binds.
+    pod_m = ",".join(f"{x}=%q" for x in config.pod_labels)
+    pod_args = " ".join(f"$labels.{x}" for x in config.pod_labels)
     return (
         f'{{{{ range printf "{q.TOP_GROWER}{{{matchers}}} * 86400" {args} | query }}}}'
         "{{ with .Labels.process }}{{ . }} {{ end }}{{ .Labels.kind }} "
         "+{{ .Value | humanize1024 }}B/day{{ end }}"
-        f'{{{{ range printf "{q.KIND_GROWTH}{{{matchers},kind=\\"dev_shm\\"}} * 86400" '
-        f"{args} | query }}}}; /dev/shm "
+        f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",kind=\\"dev_shm\\"}}'
+        f' * 86400" {pod_args} | query }}}}; /dev/shm '
         "{{ if gt .Value 1048576.0 }}+{{ .Value | humanize1024 }}B/day{{ else }}flat"
         "{{ end }}{{ end }}"
     )
@@ -337,6 +340,15 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             label_replace(topk by ${pod} (1, ${pg}), "container", "", "container", ".*")
         """,
         g=gb, pg=q.PROCESS_GROWTH, pod=pod)
+    # The process that grows most, unless what grows most is no process's memory (files
+    # in /dev/shm no process maps, kernel memory, hidden charges).
+    named = expr(
+        """
+        (${top_process}) > 0
+        unless on ${g}
+        (${top_kind} and ${kg}{kind!~"anon|shmem"} > 0)
+        """,
+        top_process=_indent(top_process, 2), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH)
     rules_: list[tuple[str, str]] = [
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -381,22 +393,18 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.TOP_GROWER, expr(
             """
             (
-                (
-                    (${top_process}) > 0
-                  unless on ${g}
-                    (${top_kind} and ${kg}{kind!~"anon|shmem"})
-                )
+                (${named})
               * on ${g} group_left (kind)
-                (${top_kind} * 0 + 1)
+                (topk by ${g} (1, ${kg}{kind=~"anon|shmem"}) * 0 + 1)
+              or on ${g}
+                label_replace(${named}, "kind", "anon", "", "")
               or on ${g}
                 ${top_kind}
-              or on ${g}
-                label_replace((${top_process}) > 0, "kind", "anon", "", "")
             )
             and on ${g} ${binding} == 1
             """,
-            top_process=_indent(top_process, 8), g=gb, top_kind=top_kind,
-            kg=q.KIND_GROWTH, binding=q.BINDING)),
+            named=_indent(named, 4), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH,
+            binding=q.BINDING)),
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
     ]
     return _rules(rules_, q.LASTING_RECORDING_RULE_HELP)
