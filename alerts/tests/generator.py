@@ -581,6 +581,27 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
 }
 
 
+# What each class must show, as the replay tier's test ids say it.
+PROPERTIES: dict[str, str] = {
+    "limit-raised": "page-clears-within-minutes-of-a-raise",
+    "limit-cut": "cut-tickets-and-pages-like-a-leak",
+    "sawtooth": "one-page-when-the-peaks-are-about-to-cross",
+    "sawtooth-healthy": "silent-on-released-teeth",
+    "slow-leak-big-limit": "ticket-days-ahead-one-page-at-the-end",
+    "jobs-beside-leak": "only-the-server-pages",
+    "vllm-without-server": "no-meta-alert-without-a-listener",
+    "crash-loop": "one-stream-of-pages-every-kill-reported",
+    "ramp": "page-45min-ahead-15min-on-a-50min-ramp",
+    "sidecar-socket-leak": "the-sidecar-pages",
+    "two-vllm": "only-the-leaking-container-pages",
+    "daily-swing": "silent",
+    "warm-up": "silent-on-a-young-pod",
+    "exporter-gaps": "gaps-and-rollouts-notify-once",
+    "fast-ramp": "page-before-a-20min-ramp-kills",
+    "nightly-plateau": "silent-on-nightly-batches",
+}
+
+
 def draw(cls: str, seed: int, variant: int = 0) -> Draw:
     """One draw of a class; the variant (0-2, see VARIANTS) sets the phase."""
     d = CLASSES[cls](random.Random(f"{cls}/{seed}"))
@@ -605,4 +626,4 @@ def verdict(d: Draw, stats: dict[Key, Stat]) -> list[str]:
     return out
 
 
-__all__ = ["CLASSES", "VARIANTS", "Draw", "draw", "verdict"]
+__all__ = ["CLASSES", "PROPERTIES", "VARIANTS", "Draw", "draw", "verdict"]
