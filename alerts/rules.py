@@ -378,9 +378,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             bytes=config.min_baseline_rise_bytes, bw_s=bw_s)),
         (q.KIND_GROWTH, expr(
             """
-                label_replace(deriv(${kind}{kind=~"anon|shmem"}[${hw}]), "kind", "$$1", "kind", "(.*)")
+                deriv(${kind}{kind=~"anon|shmem"}[${hw}])
             or
-                label_replace(sum by ${g} (deriv(${kind}{kind=~"kernel|sock"}[${hw}])), "kind", "kernel", "", "")
+                label_replace(sum by ${g} (deriv(${kind}{kind=~"kernel|sock"}[${hw}])),
+                              "kind", "kernel", "", "")
             or
                 label_replace(sum by ${g} (deriv(${tmpfs}[${hw}])), "kind", "dev_shm", "", "")
             or
@@ -438,7 +439,8 @@ def _alert(
 
 
 def _ttl(config: Config, horizons: str) -> str:
-    return f'min by {by(*config.group_labels)} ({q.TIME_TO_LIMIT_BY_HORIZON}{{horizon=~"{horizons}"}})'
+    sel = f'{q.TIME_TO_LIMIT_BY_HORIZON}{{horizon=~"{horizons}"}}'
+    return f"min by {by(*config.group_labels)} ({sel})"
 
 
 def filling_up_warning(config: Config) -> Rule:

@@ -64,8 +64,9 @@ class Config:
     # Alerts keep firing this long after their condition last held: a gap or a noisy
     # sample does not resolve a page and re-fire it.
     keep_firing_s: int = 15 * MINUTE
-    # Forecasts compare growth with the lowest headroom over this window (the recent
-    # peak): a kill comes with a peak, and a noisy sample must not hold back a `for:`.
+    # Forecasts compare growth with the highest unreclaimable figure over this window
+    # (the recent peak): a kill comes with a peak, and a noisy sample must not hold back
+    # a `for:`.
     peak_window_s: int = 10 * MINUTE
 
     # --- the forecast (recorded series; README "The forecast (recorded series)") --------
@@ -89,9 +90,6 @@ class Config:
     # The lasting growth counts only above both (per envelope window).
     min_baseline_rise_bytes: int = 64 * MiB
     min_baseline_rise_ratio: float = 0.002  # of the limit
-    # Forecasts compare growth with the highest unreclaimable figure over this window
-    # (the recent peak: a kill comes with a peak).
-    peak_window_s: int = 10 * MINUTE
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
     # Trend slope for panels and HeadroomNodeMemoryPressure.
@@ -415,12 +413,12 @@ def expr(template: str, **values: str | int | float) -> str:
 __all__ = [
     "ALERT_NAMES",
     "CONFIG",
-    "FORECAST_SERIES",
-    "HORIZONS",
-    "KINDS",
     "DAY",
     "DURATION_FIELDS",
+    "FORECAST_SERIES",
+    "HORIZONS",
     "HOUR",
+    "KINDS",
     "MINUTE",
     "RECORDING_RULES",
     "RECORDING_RULE_HELP",

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alerts.generate import rules_yaml  # noqa: E402
-from alerts.tests import evaluate, generator  # noqa: E402
+from alerts.generate import rules_yaml
+from alerts.tests import evaluate, generator
 
 
 def one(cls: str, seed: int, variant: int, workdir: str, promtool: str
@@ -61,7 +61,7 @@ def main() -> int:
             ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(one, c, s, v, workdir, promtool) for c, s, v in jobs]
         for f in futures:
-            cls, seed, variant, label, problems, took = f.result()
+            cls, _, variant, label, problems, took = f.result()
             total[cls] += 1
             if problems:
                 print(f"FAIL {label} variant={generator.VARIANTS[variant]} "

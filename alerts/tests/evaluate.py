@@ -204,7 +204,7 @@ def replay(case: Case, rules: list[Path], workdir: Path, promtool: str,
         (same + "".join(p.read_text() for p in rules)).encode()).hexdigest()[:24]
     hit = cache / f"{case.name}-{digest}.json" if cache else None
     if hit is not None and hit.exists():
-        return {tuple(k.split("\t")): Stat(*v)  # type: ignore[misc]
+        return {tuple(k.split("\t")): Stat(*v)
                 for k, v in json.loads(hit.read_text()).items()}
     path = workdir / f"{case.name}{tag}.test.yaml"
     path.write_text(text)

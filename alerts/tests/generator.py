@@ -125,6 +125,14 @@ def _healthy(name: str, step: int, end: int, rec: Recorder, **kw: object) -> Cas
     return Case(name, name, "", step, end, dict(rec.out), **kw)  # type: ignore[arg-type]
 
 
+def _zero_while(fn: Fn) -> Fn:
+    return lambda t: None if fn(t) is None else 0.0
+
+
+def _minus(fn: Fn, amount: float) -> Fn:
+    return lambda t: None if fn(t) is None else (fn(t) or 0.0) - amount
+
+
 # --- the classes --------------------------------------------------------------------------------
 def limit_raised(rng: random.Random) -> Draw:
     """A ramp over hours pages; VPA raises the limit in place (x1.5-2.5) soon after and
@@ -290,7 +298,7 @@ def jobs_beside_leak(rng: random.Random) -> Draw:
         _single(rec, jpod, lambda t: 8.0 * GiB, ju)
         if i % 2 == 0:  # vllm run-batch: a vLLM with no HTTP server
             rec.put(c.VLLM_UP.name, {"namespace": NS, "pod": jpod, "container": "vllm"},
-                    lambda t, ju=ju: None if ju(t) is None else 0.0)
+                    _zero_while(ju))
     case = _killed("jobs-beside-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
                    page_max=2 * HOUR)
     return Draw("jobs-beside-leak", 0, case, {"step": step, "jobs": jobs,
@@ -333,7 +341,7 @@ def crash_loop(rng: random.Random) -> Draw:
         return int(n), since
 
     def u(t: int) -> float | None:
-        n, since = phase(t)
+        since = phase(t)[1]
         if since < 0:
             return limit * base + noise(t)
         if since >= cycle:
@@ -442,8 +450,7 @@ def two_vllm(rng: random.Random) -> Draw:
     cgroup(rec, pod, "", lambda t: la + lb, lambda t: fa(t) + fb(t) + 16 * MiB,
            cache=lambda t: 2 * GiB)
     for ctr, fn in (("vllm-a", fa), ("vllm-b", fb)):
-        process(rec, pod, ctr, "EngineCore", lambda t, fn=fn: fn(t) - 3 * GiB,
-                lambda t: 2 * GiB)
+        process(rec, pod, ctr, "EngineCore", _minus(fn, 3 * GiB), lambda t: 2 * GiB)
     case = _killed("two-vllm", step, kill, rec, pod, container=leaker,
                    page_min=PAGE_MIN_LEAD_S, page_max=min(SLOW_PAGE_MAX_LEAD_S,
                                                           int(max(HOUR, length / 2))))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from alerts.generate import rules_yaml
+from exporter.promql import duration
 
 from . import evaluate, generator
 
@@ -60,7 +61,7 @@ def test_the_second_phase_samples_between_evaluations() -> None:
     doc = evaluate.test_file(d.case, [], inhibit=True)
     test = doc["tests"][0]
     assert test["interval"] == f"{d.case.step_s * 500}ms"
-    assert doc["evaluation_interval"] == evaluate.duration(d.case.step_s)
+    assert doc["evaluation_interval"] == duration(d.case.step_s)
     assert test["input_series"][0]["values"].startswith("_ ")
 
 

@@ -55,11 +55,13 @@ def _walk(node: Any, rule: str, intervals: dict[str, float]) -> Iterator[Range]:
 
     if isinstance(node, p.MatrixSelector):
         name = node.vector_selector.name or ""
-        yield Range(rule, name, node.range.total_seconds(), intervals.get(name, SLOWEST_S))
+        width = node.range.total_seconds() if node.range else 0.0
+        yield Range(rule, name, width, intervals.get(name, SLOWEST_S))
         return
     if isinstance(node, p.SubqueryExpr):
         step = node.step.total_seconds() if node.step else 0.0
-        yield Range(rule, "subquery", node.range.total_seconds(), max(step, SLOWEST_S))
+        width = node.range.total_seconds() if node.range else 0.0
+        yield Range(rule, "subquery", width, max(step, SLOWEST_S))
         yield from _walk(node.expr, rule, intervals)
         return
     if isinstance(node, p.BinaryExpr):
