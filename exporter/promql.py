@@ -420,6 +420,7 @@ __all__ = [
     "HOUR",
     "KINDS",
     "MINUTE",
+    "OWNER",
     "RECORDING_RULES",
     "RECORDING_RULE_HELP",
     "Config",
