@@ -469,8 +469,10 @@ def critical_condition(config: Config, scale: float) -> str:
     * a climb beyond the pattern: the short or medium horizon reaches the limit within
       the critical horizon, and memory is above what the recurring peaks plus a window
       of their lasting trend explain (a sawtooth's tooth or a daily swing is not);
-    * the day's climb the trend says crosses: the same, above the peaks' envelope, while
-      the lasting trend says the peaks reach the limit within the envelope window;
+    * the day's climb the trend says crosses: the same, above the peaks' envelope by
+      more than ``fill_beyond_trend_s`` of the lasting trend (a sawtooth's tooth climbs
+      one period's worth above the last peaks, then is released), while the lasting
+      trend says the peaks reach the limit within the envelope window;
     * the peaks at the limit: the lasting horizon within its page horizon, or within the
       confirm horizon while a climb that reaches it within the fast confirm horizon goes on.
     """
@@ -497,7 +499,7 @@ def critical_condition(config: Config, scale: float) -> str:
         or
             ${fast} < ${crit}
           and on ${g}
-            ${u} > on ${g} ${env}
+            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
           and on ${g}
             ${lasting} < ${bw_h}
         or
@@ -511,7 +513,7 @@ def critical_condition(config: Config, scale: float) -> str:
         g=g, ttl=q.TIME_TO_LIMIT_BY_HORIZON, fast=_ttl(config, "short|medium"),
         lasting=_ttl(config, "lasting"), u=q.UNRECLAIMABLE, env=env, rate=lasting_rate,
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
-        bw=config.baseline_window_s,
+        bw=config.baseline_window_s, beyond=config.fill_beyond_trend_s,
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
         bw_h=h(config.baseline_window_s), lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),

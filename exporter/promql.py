@@ -119,6 +119,10 @@ class Config:
     fill_lasting_page_horizon_s: int = 3 * HOUR
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
     fill_fast_confirm_horizon_s: int = 2 * HOUR
+    # A climb counts as beyond the recurring peaks once it is above their envelope by
+    # more than this much of the lasting trend (a tooth of a sawtooth with a period up
+    # to this long climbs less, and is released).
+    fill_beyond_trend_s: int = 6 * HOUR
     fill_critical_for_s: int = 5 * MINUTE
     # A page stays on while the pod keeps being OOM-killed and grows again within this
     # window of a kill (a crash loop under the same pod name: one stream of pages).
