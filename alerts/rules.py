@@ -573,16 +573,17 @@ def near_limit(config: Config) -> Rule:
     # FillingUp's: a slow leak in a big limit sits above 95 % for days before its kill.
     # This pages a pod that sits at its limit without growing.
     name = "HeadroomMemoryNearLimit"
-    fire = expr(
-        """
-        ${ratio} > ${threshold}
-        unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
-        """,
-        ratio=q.UNRECLAIMABLE_RATIO, threshold=config.near_limit_ratio,
-        g=by(*config.group_labels), growth=q.GROWTH,
-        bw=duration(config.baseline_window_s),
-    )
-    clear = f"{q.UNRECLAIMABLE_RATIO} > {number(config.near_limit_clear_ratio)}"
+    def cond(ratio: float) -> str:
+        return expr(
+            """
+            ${ratio} > ${threshold}
+            unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
+            """,
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            growth=q.GROWTH, bw=duration(config.baseline_window_s),
+        )
+
+    fire, clear = cond(config.near_limit_ratio), cond(config.near_limit_clear_ratio)
     return _alert(
         config, name, hysteresis(config, name, "critical", binding(config, fire),
                                  binding(config, clear)), "critical",

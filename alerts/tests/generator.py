@@ -242,8 +242,10 @@ def sawtooth_healthy(rng: random.Random) -> Draw:
 
 
 def slow_leak_big_limit(rng: random.Random) -> Draw:
-    """Under 1 % of a 64-96 GiB limit a day with noise, killed after 5-6 days: a ticket
-    days ahead, one page at the end, no near-limit page flapping on the noise."""
+    """Under 1 % of a 64-96 GiB limit a day with noise, killed after 5-6 days (the replay
+    starts at 94-97 %, without the history before): a ticket days ahead, one page at
+    the end, no page flapping on the noise (at most three pager notifications; a
+    near-limit page before the history shows the growth counts among them)."""
     step, pod = _step(rng, (90, 120)), "bigleak-0"
     limit = rng.uniform(64, 96) * GiB
     rate = rng.uniform(0.004, 0.009) * limit / DAY
@@ -260,8 +262,6 @@ def slow_leak_big_limit(rng: random.Random) -> Draw:
     case = _killed("slow-leak-big-limit", step, kill, rec, pod,
                    page_min=PAGE_MIN_LEAD_S, page_max=SLOW_PAGE_MAX_LEAD_S,
                    ticket_min=DAY)
-    case = dataclasses.replace(case, allow=case.allow - {
-        _k(NEAR, "critical", pod), _k(NEAR, "critical", pod, "")})
     return Draw("slow-leak-big-limit", 0, case, {"step": step, "pct_day": rate * DAY
                                                   / limit * 100, "days": days})
 
@@ -620,16 +620,19 @@ def draw(cls: str, seed: int, variant: int = 0) -> Draw:
 def verdict(d: Draw, stats: dict[Key, Stat]) -> list[str]:
     """What is wrong with a replay of the draw (empty: every property holds)."""
     out = evaluate.problems(d.case, stats)
+    # One incident per draw: its pager notifications, over every memory alert of a pod.
+    per_pod: dict[str, int] = {}
+    for (alert, severity, pod, _), st in stats.items():
+        if severity == "critical" and alert.startswith("HeadroomMemory"):
+            per_pod[pod] = per_pod.get(pod, 0) + st.episodes
+    out += [f"{n} pager notifications for {pod} (at most {MAX_NOTIFICATIONS})"
+            for pod, n in sorted(per_pod.items()) if n > MAX_NOTIFICATIONS]
     if d.first_kill_s is not None:
         page = next(k for k in d.case.expect if k[0] == FILL)
         st = stats.get(page)
         if st is not None and d.first_kill_s - st.first_s < d.first_kill_min_lead_s:
             out.append(f"first page {evaluate._hm(d.first_kill_s - st.first_s)} before "
                        f"the first kill (needs {evaluate._hm(d.first_kill_min_lead_s)})")
-        pages = sum(v.episodes for k, v in stats.items()
-                    if k[0] == FILL and k[1] == "critical")
-        if pages > MAX_NOTIFICATIONS:
-            out.append(f"{pages} pages in one crash loop (at most {MAX_NOTIFICATIONS})")
     return out
 
 
