@@ -175,9 +175,9 @@ def limit_cut(rng: random.Random) -> Draw:
     left_h = rng.uniform(8, 16)
 
     def u(t: int) -> float:
-        return base + rate * t + diurnal(t, 0.01 * limit) + noise(t)
+        return base + rate * t + noise(t)
 
-    new_limit = base + rate * cut_at + 0.01 * limit + rate * left_h * HOUR
+    new_limit = base + rate * cut_at + rate * left_h * HOUR
 
     def lim(t: int) -> float:
         return new_limit if t >= cut_at else limit
