@@ -473,8 +473,9 @@ def critical_condition(config: Config, scale: float) -> str:
       more than ``fill_beyond_trend_s`` of the lasting trend (a sawtooth's tooth climbs
       one period's worth above the last peaks, then is released), while the lasting
       trend says the peaks reach the limit within the envelope window;
-    * the peaks at the limit: the lasting horizon within its page horizon, or within the
-      confirm horizon while a climb that reaches it within the fast confirm horizon goes on.
+    * the peaks at the limit: their envelope reaches it at the lasting rate within the
+      lasting page horizon, or within the confirm horizon while a climb that reaches it
+      within the fast confirm horizon goes on.
     """
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
@@ -503,13 +504,17 @@ def critical_condition(config: Config, scale: float) -> str:
           and on ${g}
             ${lasting} < ${bw_h}
         or
-            ${lasting} < ${lasting_page}
+            ${env_ttl} < ${lasting_page}
         or
-            ${lasting} < ${confirm}
+            ${env_ttl} < ${confirm}
           and on ${g}
             ${fast} < ${fast_confirm}
         )
         """,
+        # The peaks' own forecast: from the envelope of the peaks before the last hour,
+        # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
+        # released; the next tooth is what the envelope's trend says).
+        env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
         g=g, ttl=q.TIME_TO_LIMIT_BY_HORIZON, fast=_ttl(config, "short|medium"),
         lasting=_ttl(config, "lasting"), u=q.UNRECLAIMABLE, env=env, rate=lasting_rate,
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
