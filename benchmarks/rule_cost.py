@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -101,13 +102,20 @@ def exposition(cgroups: list[Cgroup]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _series_history(cgroups: list[Cgroup], now: float) -> Iterator[str]:
-    """OpenMetrics text of the recorded series the rules read over windows."""
-    fast_u = range(int(now - FAST_HISTORY_S), int(now) - 120, 60)
-    fast = range(int(now - 35 * 60), int(now) - 120, 60)  # the longest other window: 30m
-    lasting = range(int(now - LASTING_HISTORY_S), int(now) - 600, 300)
+def _series_history(cgroups: list[Cgroup], now: float, lo: int, hi: int) -> Iterator[str]:
+    """OpenMetrics text of the recorded series the rules read over windows, for the
+    samples in [lo, hi)."""
+    def within(r: range) -> list[int]:
+        return [t for t in r if lo <= t < hi]
 
-    def family(name: str, rows: Iterator[tuple[str, float]], times: range) -> Iterator[str]:
+    fast_u = within(range(int(now - FAST_HISTORY_S), int(now) - 120, 60))
+    fast = within(range(int(now - 35 * 60), int(now) - 120, 60))  # the longest: 30m
+    lasting = within(range(int(now - LASTING_HISTORY_S), int(now) - 600, 300))
+
+    def family(name: str, rows: Iterator[tuple[str, float]], times: list[int]
+               ) -> Iterator[str]:
+        if not times:
+            return
         yield f"# TYPE {name} gauge\n"
         for labels, value in rows:
             for t in times:
@@ -138,15 +146,21 @@ def _series_history(cgroups: list[Cgroup], now: float) -> Iterator[str]:
 
 
 def backfill(cgroups: list[Cgroup], data: Path, work: Path, promtool: str) -> int:
-    text = work / "history.om"
+    """One OpenMetrics file per 2-hour block: promtool reads its whole input once per
+    block it writes, so one file for two days would be read 25 times."""
+    now = time.time()
+    block = 2 * 3600
     lines = 0
-    with text.open("w") as f:
-        for line in _series_history(cgroups, time.time()):
-            f.write(line)
-            lines += 1
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(text),
-                    str(data)], check=True, capture_output=True, timeout=3600)
-    text.unlink()
+    first = int(now - LASTING_HISTORY_S) // block * block
+    for lo in range(first, int(now), block):
+        text = work / f"history-{lo}.om"
+        with text.open("w") as f:
+            for line in _series_history(cgroups, now, lo, lo + block):
+                f.write(line)
+                lines += 1
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(text),
+                        str(data)], check=True, capture_output=True, timeout=3600)
+        text.unlink()
     return lines
 
 
@@ -169,6 +183,20 @@ class Exporter:
 
     def close(self) -> None:
         self.server.shutdown()
+
+
+def _self_metric(prom: str, name: str) -> dict[str, float]:
+    """Rule group -> value of one of Prometheus' own metrics, from its /metrics (a
+    Prometheus without a self-scrape job has none of them in its TSDB)."""
+    with urllib.request.urlopen(f"{prom}/metrics", timeout=60) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            group = labels.split('rule_group="', 1)[1].split('"', 1)[0].split(";")[-1]
+            out[group] = float(value)
+    return out
 
 
 def _query(prom: str, expr: str) -> list[dict[str, object]]:
@@ -209,23 +237,16 @@ def measure(containers: int, wait_s: int) -> dict[str, object]:
             while time.monotonic() < deadline:
                 time.sleep(15)
                 try:
-                    got = _query(prom, "prometheus_rule_group_iterations_total")
+                    rounds = _self_metric(prom, "prometheus_rule_group_iterations_total")
                 except OSError:
                     continue
-                rounds = {str(r["metric"]["rule_group"]): float(r["value"][1])  # type: ignore[index]
-                          for r in got}
                 if len(rounds) >= 4 and min(rounds.values()) >= 1 and sorted(
                         rounds.values())[1] >= 3:
                     break
-            groups = {}
-            for r in _query(prom, "prometheus_rule_group_last_duration_seconds"):
-                name = str(r["metric"]["rule_group"]).split(";")[-1]  # type: ignore[index]
-                groups[name] = float(r["value"][1])  # type: ignore[index]
-            written = {str(r["metric"]["rule_group"]).split(";")[-1]:  # type: ignore[index]
-                       float(r["value"][1])  # type: ignore[index]
-                       for r in _query(prom, "prometheus_rule_group_last_evaluation_samples")}
+            groups = _self_metric(prom, "prometheus_rule_group_last_duration_seconds")
+            written = _self_metric(prom, "prometheus_rule_group_last_evaluation_samples")
             recorded = _query(prom, 'count({__name__=~"headroom:.+"})')
-            head = _query(prom, "prometheus_tsdb_head_series")
+            head = _query(prom, 'count({__name__=~".+"})')
         finally:
             stop_all([proc])
             exporter.close()
@@ -233,10 +254,11 @@ def measure(containers: int, wait_s: int) -> dict[str, object]:
         "containers": containers, "cgroups": len(cgroups),
         "backfilled_samples": samples, "backfill_s": round(backfill_s),
         "rounds": rounds, "group_last_duration_s": groups,
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "group_last_samples": written,
         "rule_set_duration_s": round(sum(groups.values()), 3),
         "recorded_series": int(float(recorded[0]["value"][1])) if recorded else 0,  # type: ignore[index]
-        "head_series": int(float(head[0]["value"][1])) if head else 0,  # type: ignore[index]
+        "series": int(float(head[0]["value"][1])) if head else 0,  # type: ignore[index]
     }
 
 
