@@ -629,9 +629,9 @@ def verdict(d: Draw, stats: dict[Key, Stat]) -> list[str]:
             for pod, n in sorted(per_pod.items()) if n > MAX_NOTIFICATIONS]
     if d.first_kill_s is not None:
         page = next(k for k in d.case.expect if k[0] == FILL)
-        st = stats.get(page)
-        if st is not None and d.first_kill_s - st.first_s < d.first_kill_min_lead_s:
-            out.append(f"first page {evaluate._hm(d.first_kill_s - st.first_s)} before "
+        first = stats.get(page)
+        if first is not None and d.first_kill_s - first.first_s < d.first_kill_min_lead_s:
+            out.append(f"first page {evaluate._hm(d.first_kill_s - first.first_s)} before "
                        f"the first kill (needs {evaluate._hm(d.first_kill_min_lead_s)})")
     return out
 
