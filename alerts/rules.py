@@ -58,12 +58,11 @@ def _held(config: Config, metric: c.MetricSpec | str, labels: tuple[str, ...], *
     )
 
 
-def _spans(name: str, window_s: int, ratio: float) -> str:
-    """Present when ``name`` has a sample at least ``ratio * window`` old: enough of
-    the window for a slope to mean something (a new series' first samples do not)."""
-    old = max(1, round(window_s * ratio))
-    rest = max(1, window_s - old)
-    return f"present_over_time({name}[{duration(rest)}] offset {duration(old)})"
+def _spans(name: str, age_s: int, window_s: int) -> str:
+    """Present when ``name`` had a sample ``age_s`` to ``age_s + window_s`` ago: the
+    series spans enough history for a slope to mean something (a new series' first
+    samples do not). ``window_s`` holds two samples at the slowest evaluation interval."""
+    return f"present_over_time({name}[{duration(window_s)}] offset {duration(age_s)})"
 
 
 def _workload_query(config: Config, metric: str, fmt: str, times: str = "") -> str:
@@ -78,6 +77,36 @@ def _workload_query(config: Config, metric: str, fmt: str, times: str = "") -> s
     )
 
 
+def _top_grower(config: Config) -> str:
+    """Go template naming what grows in the alert's cgroup: "EngineCore anon +1.5GiB/day"
+    (the process and the kind) and how /dev/shm moves, from TOP_GROWER and KIND_GROWTH."""
+    matchers = ",".join(f"{x}=%q" for x in config.group_labels)
+    args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    # /dev/shm is the pod's (its pod-level cgroup is charged), whichever cgroup binds.
+    pod_m = ",".join(f"{x}=%q" for x in config.pod_labels)
+    pod_args = " ".join(f"$labels.{x}" for x in config.pod_labels)
+    return (
+        f'{{{{ range printf "{q.TOP_GROWER}{{{matchers}}} * 86400" {args} | query }}}}'
+        "{{ with .Labels.process }}{{ . }} {{ end }}{{ .Labels.kind }} "
+        "+{{ .Value | humanize1024 }}B/day{{ end }}"
+        f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",kind=\\"dev_shm\\"}}'
+        f' * 86400" {pod_args} | query }}}}; /dev/shm '
+        "{{ if gt .Value 1048576.0 }}+{{ .Value | humanize1024 }}B/day{{ else }}flat"
+        "{{ end }}{{ end }}"
+    )
+
+
+def _ttl_text(config: Config) -> str:
+    """Go template: the time to limit and the horizon that binds."""
+    matchers = ",".join(f"{x}=%q" for x in config.group_labels)
+    args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    return (
+        f'{{{{ range printf "{q.TIME_TO_LIMIT}{{{matchers}}}" {args} | query }}}}'
+        "{{ .Value | humanizeDuration }} (the {{ .Labels.horizon }} horizon binds)"
+        "{{ end }}"
+    )
+
+
 _WHERE = (
     "{{ if $labels.container }}container {{ $labels.container }} of pod "
     "{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}pod {{ $labels.namespace }}/"
@@ -85,36 +114,37 @@ _WHERE = (
 )
 
 
-def owned(config: Config, condition: str) -> str:
-    """``condition`` (per workload) kept only for the cgroup that owns the problem: a
-    container whose limit binds (``OWNER``), or the pod-level cgroup unless such a
-    container of its pod meets the condition too or has the pod's limit itself (a
-    single-container pod: the pod-level cgroup is its twin). One problem, one alert."""
+def binding(config: Config, condition: str) -> str:
+    """``condition`` (per workload) kept only on the cgroup whose limit binds."""
     return expr(
         """
         (
           ${cond}
         )
-        and on ${g} (
-            ${owner}
-          or
-            ${headroom}{container=""}
-          unless on ${pod} (
-            (
-              ${cond}
-            )
-            and on ${g} ${owner}
-          )
-          unless on ${pod} (
-            ${owner}
-            and on ${g}
-            ${limit}{container!=""} + ${tol} >= on ${pod} group_left () ${limit}{container=""}
-          )
-        )
+        and on ${g} ${binding} == 1
         """,
-        cond=_indent(condition, 2), g=by(*config.group_labels),
-        pod=by(*config.pod_labels), owner=q.OWNER, headroom=q.HEADROOM, limit=q.LIMIT,
-        tol=config.owner_tolerance_bytes,
+        cond=_indent(condition, 2), g=by(*config.group_labels), binding=q.BINDING,
+    )
+
+
+def hysteresis(config: Config, alert: str, severity: str, fire: str, clear: str,
+               labels: tuple[str, ...] | None = None) -> str:
+    """Fires on ``fire``; once firing, stays while ``clear`` holds (a looser level): a
+    condition that flickers on noise does not resolve a notification and send another.
+    ``labels``: what identifies the alert (the group labels unless given)."""
+    return expr(
+        """
+            ${fire}
+        or
+            (
+              ${clear}
+            )
+          and on ${g}
+            ALERTS{alertname="${alert}", severity="${severity}", alertstate="firing"}
+        """,
+        fire=_indent(fire, 4), clear=_indent(clear, 6),
+        g=by(*(config.group_labels if labels is None else labels)),
+        alert=alert, severity=severity,
     )
 
 
@@ -123,134 +153,123 @@ def _indent(text: str, n: int) -> str:
 
 
 # --- recording rules ---------------------------------------------------------------------
-def recording_rules(config: Config) -> list[Rule]:
+def _rules(rules_: list[tuple[str, str]], helps: dict[str, str]) -> list[Rule]:
+    """Recording rules from (name, expression) pairs, in the order ``helps`` documents
+    them; ``GROWTH\tHORIZON`` records GROWTH with that horizon label."""
+    out: list[Rule] = []
+    for key, text in rules_:
+        name, _, horizon = key.partition("\t")
+        rule: Rule = {"record": name, "expr": text}
+        if horizon:
+            rule["labels"] = {"horizon": horizon}
+        out.append(rule)
+    names = [r["record"] for r in out if r["record"] != q.GROWTH or q.GROWTH in helps]
+    assert tuple(dict.fromkeys(names)) == tuple(helps), "documented order"
+    return out
+
+
+def fast_recording_rules(config: Config) -> list[Rule]:
+    """Evaluated every evaluation interval: the figures, the binding cgroup, the short
+    and medium horizons and the time to limit."""
     g = config.group_labels
     gb = by(*g)
-    bw = duration(config.baseline_window_s)
-    hold = duration(config.hold_s)
-    unrecl = _raw(config, c.MEMORY_UNRECLAIMABLE_BYTES)
+    pod = by(*config.pod_labels)
     kv = (*g, "model_name", "engine")
+    hold_lasting = duration(config.lasting_hold_s)
 
-    def attributed(pss_kind: str, rss_kind: str) -> str:
-        # Per process: PSS where the exporter read it (it splits shared pages), else RSS.
+    def per_process(pss_kind: str, rss_kind: str) -> str:
+        # PSS where the exporter read it (it splits shared pages), else RSS.
         return expr(
-            """
-            sum by ${g} (
-                ${pss}
-              or
-                ${rss}
-            )
-            """,
-            g=gb,
+            "(\n  ${pss}\nor\n  ${rss}\n)",
             pss=_held(config, c.PROCESS_MEMORY_PSS_BYTES, (*g, "process"), kind=pss_kind),
             rss=_held(config, c.PROCESS_MEMORY_BYTES, (*g, "process"), kind=rss_kind),
         )
 
-    def sustained(window_s: int, sustain_s: int) -> str:
-        # The slowest slope over the sustain window, once the series spans it.
+    def growth(slope: str, sustain_s: int, window_s: int) -> str:
+        # The slowest slope over the sustain window, once the series spans both.
         return expr(
             """
-            min_over_time(deriv(${u}[${w}])[${s}:])
+            min_over_time(${slope}[${s}]) > 0
               and
             ${spans}
             """,
-            u=q.UNRECLAIMABLE, w=duration(window_s), s=duration(sustain_s),
-            spans=_spans(q.UNRECLAIMABLE, window_s + sustain_s, 0.9),
+            slope=slope, s=duration(sustain_s),
+            spans=_spans(q.UNRECLAIMABLE, window_s + sustain_s, 5 * 60),
         )
 
-    restart_drop = expr(
-        "${u} < ${ratio} * min_over_time(${u}[${bw}] offset ${hold})",
-        u=q.UNRECLAIMABLE, ratio=config.restart_drop_ratio, bw=bw, hold=hold,
-    )
-    exprs: dict[str, str] = {
+    tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
+               r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)
+    peak_headroom = expr(
+        "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
+        limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
+    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold_lasting}])"
+    lasting_level = expr(
+        "(${env} > max_over_time(${u}[${w}]) or max_over_time(${u}[${w}]))",
+        env=envelope, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
+    rules_: list[tuple[str, str]] = [
         # A limit of 0 (outside the contract) must not divide: it is dropped.
-        q.LIMIT: _held(config, c.MEMORY_LIMIT_BYTES, g) + " > 0",
-        q.UNRECLAIMABLE: _held(config, c.MEMORY_UNRECLAIMABLE_BYTES, g),
-        q.WORKING_SET: _held(config, c.MEMORY_WORKING_SET_BYTES, g),
-        q.UNRECLAIMABLE_RATIO: f"{q.UNRECLAIMABLE} / {q.LIMIT}",
-        q.HEADROOM: f"clamp_min({q.LIMIT} - {q.UNRECLAIMABLE}, 0)",
-        q.HEADROOM_LOWEST: expr(
-            "min_over_time(${h}[${w}])", h=q.HEADROOM, w=duration(config.peak_window_s)),
-        q.OWNER: expr(
+        (q.LIMIT, _held(config, c.MEMORY_LIMIT_BYTES, g) + " > 0"),
+        (q.UNRECLAIMABLE, _held(config, c.MEMORY_UNRECLAIMABLE_BYTES, g)),
+        (q.WORKING_SET, _held(config, c.MEMORY_WORKING_SET_BYTES, g)),
+        (q.UNRECLAIMABLE_RATIO, f"{q.UNRECLAIMABLE} / {q.LIMIT}"),
+        (q.HEADROOM, f"clamp_min({q.LIMIT} - {q.UNRECLAIMABLE}, 0)"),
+        # A container binds when its own limit comes first; the pod-level cgroup binds
+        # when some container's does not (pod-level resources) or it has none.
+        (q.BINDING, expr(
             """
-            (
-                ${h}{container!=""}
-              <= on ${pod} group_left ()
-                (${h}{container=""} + clamp_min(${ratio} * ${limit}{container=""}, ${bytes}))
+                (
+                    ${h}{container!=""} <= on ${pod} group_left () (${h}{container=""} + ${tol})
+                  or
+                    ${h}{container!=""} unless on ${pod} ${h}{container=""}
+                ) * 0 + 1
               or
-                ${h}{container!=""} unless on ${pod} ${h}{container=""}
-            ) * 0 + 1
-            """,
-            h=q.HEADROOM, limit=q.LIMIT, pod=by(*config.pod_labels),
-            ratio=config.owner_tolerance_ratio, bytes=config.owner_tolerance_bytes,
-        ),
-        # A container's own fall, or (for the pod-level cgroup) any of its containers'.
-        q.RESTART: expr(
-            """
-            (
-                ${drop}
+                ${h}{container!=""} * 0
+            or
+                (
+                    ${h}{container=""}
+                  and on ${pod}
+                    (${h}{container!=""} > on ${pod} group_left () (${h}{container=""} + ${tol}))
+                  or
+                    ${h}{container=""} unless on ${pod} ${h}{container!=""}
+                ) * 0 + 1
               or
-                ${u}{container=""}
-              and on ${pod}
-                (${drop_c})
-            ) * 0 + 1
+                ${h}{container=""} * 0
             """,
-            drop=restart_drop, u=q.UNRECLAIMABLE, pod=by(*config.pod_labels),
-            drop_c=restart_drop.replace(q.UNRECLAIMABLE, q.UNRECLAIMABLE + '{container!=""}'),
-        ),
-        # Taken on the aggregated series: an exporter instance change is not a slope.
-        q.UNRECLAIMABLE_SLOPE: expr(
+            h=q.HEADROOM, pod=pod, tol=tol)),
+        # Slopes are taken on the aggregated series: an exporter instance change is not
+        # a slope; bytes, not ratios, so a limit change is not one either.
+        (q.SLOPE_SHORT, f"deriv({q.UNRECLAIMABLE}[{duration(config.short_window_s)}])"),
+        (q.SLOPE_MEDIUM, f"deriv({q.UNRECLAIMABLE}[{duration(config.medium_window_s)}])"),
+        (q.GROWTH + "\tshort", growth(q.SLOPE_SHORT, config.short_sustain_s,
+                                      config.short_window_s)),
+        (q.GROWTH + "\tmedium", growth(q.SLOPE_MEDIUM, config.medium_sustain_s,
+                                       config.medium_window_s)),
+        # Per horizon, from the limit in force now: short and medium from the recent
+        # peak, lasting from the envelope of the peaks (or the recent peak above it).
+        (q.TIME_TO_LIMIT_BY_HORIZON, expr(
             """
-            deriv(${u}[${w}])
-              and
-            ${spans}
+                ${peak_headroom}
+              / on ${g} group_right ()
+                ${growth}{horizon=~"short|medium"}
+            or
+                clamp_min(${limit} - ${level}, 0)
+              / on ${g} group_right ()
+                last_over_time(${growth}{horizon="lasting"}[${hold}])
             """,
-            u=q.UNRECLAIMABLE, w=duration(config.slope_window_s),
-            spans=_spans(q.UNRECLAIMABLE, config.slope_window_s, config.min_span_ratio),
-        ),
-        q.UNRECLAIMABLE_SUSTAINED_SHORT: sustained(
-            config.short_window_s, config.short_sustain_s),
-        q.UNRECLAIMABLE_SUSTAINED_MEDIUM: sustained(
-            config.medium_window_s, config.medium_sustain_s),
-        # From the raw series, so a baseline exists as soon as the rules are loaded.
-        q.UNRECLAIMABLE_BASELINE: expr(
-            "min by ${g} (min_over_time(${raw}[${bw}]))", g=gb, raw=unrecl, bw=bw),
-        # Only for a workload that existed two windows ago and did not restart since:
-        # a new pod's model load or a restart's dip is not growth.
-        q.UNRECLAIMABLE_BASELINE_RISE: expr(
-            """
-            (
-                ${baseline}
-              - min by ${g} (min_over_time(${raw}[${bw}] offset ${bw}))
-            )
-            and on ${g} max by ${g} (present_over_time(${raw}[${hold}] offset ${bw2}))
-            unless on ${g} present_over_time(${restart}[${bw2}])
-            """,
-            baseline=q.UNRECLAIMABLE_BASELINE, g=gb, raw=unrecl, bw=bw, hold=hold,
-            bw2=duration(2 * config.baseline_window_s), restart=q.RESTART,
-        ),
-        # The rate at which it grows while it grows (a nightly burst, a steady leak), kept
-        # only while the baseline rises: diurnal ramps and batches return to one floor.
-        q.UNRECLAIMABLE_GROWTH_RATE: expr(
-            """
-            max_over_time(${slope}[${bw}]) > 0
-            and ${rise} > ${min_bytes}
-            and ${rise} > ${min_ratio} * ${limit}
-            """,
-            slope=q.UNRECLAIMABLE_SLOPE, bw=bw, rise=q.UNRECLAIMABLE_BASELINE_RISE,
-            min_bytes=config.min_baseline_rise_bytes,
-            min_ratio=config.min_baseline_rise_ratio, limit=q.LIMIT,
-        ),
-        q.TIME_TO_LIMIT: f"{q.HEADROOM} / ({q.UNRECLAIMABLE_SLOPE} > 0)",
-        q.WORKING_SET_BASELINE: expr(
-            "min by ${g} (min_over_time(${raw}[${bw}]))",
-            g=gb, raw=_raw(config, c.MEMORY_WORKING_SET_BYTES), bw=bw,
-        ),
-        q.PROCESS_ATTRIBUTED: attributed("anon", "rss_anon") + "\n+\n"
-        + attributed("shmem", "rss_shmem"),
+            peak_headroom=peak_headroom, g=gb, growth=q.GROWTH, limit=q.LIMIT,
+            level=lasting_level, hold=hold_lasting)),
+        (q.TIME_TO_LIMIT, f"bottomk by {gb} (1, {q.TIME_TO_LIMIT_BY_HORIZON})"),
+        (q.PROCESS_MEMORY, expr(
+            "${anon}\n+\n${shm}\nor\n${anon}",
+            anon=per_process("anon", "rss_anon"), shm=per_process("shmem", "rss_shmem"))),
+        (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
+        (q.MEMORY_KIND, expr(
+            "max by ${g} (last_over_time(${raw}[${hold}]))",
+            g=by(*g, "kind"), hold=duration(config.hold_s),
+            raw=series(c.MEMORY_BYTES, config.selector, 'kind=~"anon|shmem|kernel|sock"'))),
         # Container level: its own processes. Pod level: every container's processes,
         # joined on the pod labels (the pod cgroup has container="").
-        q.HIDDEN: expr(
+        (q.HIDDEN, expr(
             """
             clamp_min(${u}{container!=""} - ${attr}, 0)
             or
@@ -261,23 +280,12 @@ def recording_rules(config: Config) -> list[Rule]:
               0
             )
             """,
-            u=q.UNRECLAIMABLE, attr=q.PROCESS_ATTRIBUTED, pod=by(*config.pod_labels),
-        ),
-        q.HIDDEN_BASELINE_RISE: expr(
-            """
-            (
-                min_over_time(${h}[${bw}])
-              - min_over_time(${h}[${bw}] offset ${bw})
-            )
-            and present_over_time(${h}[${hold}] offset ${bw2})
-            """,
-            h=q.HIDDEN, bw=bw, hold=hold, bw2=duration(2 * config.baseline_window_s),
-        ),
-        q.TMPFS_USED: _held(config, c.TMPFS_USED_BYTES, (*g, "mount")),
-        q.TMPFS_SIZE: _held(config, c.TMPFS_SIZE_BYTES, (*g, "mount")) + " > 0",
+            u=q.UNRECLAIMABLE, attr=q.PROCESS_ATTRIBUTED, pod=pod)),
+        (q.TMPFS_USED, _held(config, c.TMPFS_USED_BYTES, (*g, "mount"))),
+        (q.TMPFS_SIZE, _held(config, c.TMPFS_SIZE_BYTES, (*g, "mount")) + " > 0"),
         # With no usage reported (or a usage that means in-flight transfers, not
         # residency), the whole tier is assumed still to come.
-        q.KV_OFFLOAD_PENDING: expr(
+        (q.KV_OFFLOAD_PENDING, expr(
             """
             sum by ${g} (
                 ${cap}
@@ -289,12 +297,118 @@ def recording_rules(config: Config) -> list[Rule]:
             """,
             g=gb, kv=by(*kv),
             cap=_held(config, c.VLLM_KV_CACHE_CAPACITY_BYTES, kv, medium="cpu"),
-            usage=_held(config, c.VLLM_KV_CACHE_USAGE_RATIO, kv, medium="cpu"),
-        ),
-        q.NODE_AVAILABLE: _held(config, c.NODE_MEMORY_AVAILABLE_BYTES, config.node_labels),
-    }
-    assert tuple(exprs) == q.RECORDING_RULES
-    return [{"record": name, "expr": text} for name, text in exprs.items()]
+            usage=_held(config, c.VLLM_KV_CACHE_USAGE_RATIO, kv, medium="cpu"))),
+        (q.NODE_AVAILABLE, _held(config, c.NODE_MEMORY_AVAILABLE_BYTES, config.node_labels)),
+        (q.VLLM_UP, expr(
+            "max by ${g} (avg_over_time(${up}[${w}]))",
+            g=gb, up=_raw(config, c.VLLM_UP), w=duration(config.vllm_scrape_window_s))),
+    ]
+    return _rules(rules_, q.FAST_RECORDING_RULE_HELP)
+
+
+def lasting_recording_rules(config: Config) -> list[Rule]:
+    """Evaluated every ``lasting_interval_s``: hourly minima and maxima, and from them the
+    floor, the envelope of the peaks, their rise per window (the lasting horizon) and
+    the top grower. No rule here reads a day of raw samples."""
+    g = config.group_labels
+    gb = by(*g)
+    pod = by(*config.pod_labels)
+    hw = duration(config.hourly_window_s)
+    bw = duration(config.baseline_window_s)
+    bw_s = config.baseline_window_s
+    # "spans both windows": an hourly figure from two windows ago, less one hour.
+    old = _spans(q.HOURLY_MIN, 2 * bw_s - config.hourly_window_s, config.hourly_window_s)
+
+    def rise(name: str, agg: str, lag_s: int = 0) -> str:
+        lag = f" offset {duration(lag_s)}" if lag_s else ""
+        return expr(
+            """
+            (
+                ${agg}_over_time(${name}[${bw}]${lag})
+              - ${agg}_over_time(${name}[${bw}] offset ${lag2})
+            )
+            and on ${g}
+            ${old}
+            """,
+            agg=agg, name=name, bw=bw, lag=lag, lag2=duration(bw_s + lag_s), g=gb, old=old)
+
+    top_kind = f"topk by {gb} (1, {q.KIND_GROWTH})"
+    top_process = expr(
+        """
+            topk by ${g} (1, ${pg})
+          or
+            label_replace(topk by ${pod} (1, ${pg}), "container", "", "container", ".*")
+        """,
+        g=gb, pg=q.PROCESS_GROWTH, pod=pod)
+    # The process that grows most, unless what grows most is no process's memory (files
+    # in /dev/shm no process maps, kernel memory, hidden charges).
+    named = expr(
+        """
+        (${top_process}) > 0
+        unless on ${g}
+        (${top_kind} and ${kg}{kind!~"anon|shmem"} > 0)
+        """,
+        top_process=_indent(top_process, 2), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH)
+    rules_: list[tuple[str, str]] = [
+        (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
+        (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
+        (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
+        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.HOURLY_MIN, "min")),
+        # Before the last hour: a climb now is compared with what the peaks reached.
+        (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
+        (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
+        (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
+        (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_HOURLY_MIN, "min")),
+        # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
+        # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
+        # peaks did not) is no lasting growth.
+        (q.GROWTH + "\tlasting", expr(
+            """
+            (
+                (${floor} < ${env} or ${env})
+              > on ${g}
+                clamp_min(${ratio} * ${limit}, ${bytes})
+            )
+            / ${bw_s}
+            """,
+            floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
+            ratio=config.min_baseline_rise_ratio, limit=q.LIMIT,
+            bytes=config.min_baseline_rise_bytes, bw_s=bw_s)),
+        (q.KIND_GROWTH, expr(
+            """
+                deriv(${kind}{kind=~"anon|shmem"}[${hw}])
+            or
+                label_replace(sum by ${g} (deriv(${kind}{kind=~"kernel|sock"}[${hw}])),
+                              "kind", "kernel", "", "")
+            or
+                label_replace(sum by ${g} (deriv(${tmpfs}[${hw}])), "kind", "dev_shm", "", "")
+            or
+                label_replace(deriv(${hidden}[${hw}]), "kind", "hidden", "", "")
+            """,
+            kind=q.MEMORY_KIND, hw=hw, g=gb, tmpfs=q.TMPFS_USED, hidden=q.HIDDEN)),
+        (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
+        # A process is named when the kind that grows most is a process's (anon, shmem)
+        # or no kind is reported; else the kind alone (/dev/shm files, kernel memory).
+        (q.TOP_GROWER, expr(
+            """
+            (
+                (${named})
+              * on ${g} group_left (kind)
+                (topk by ${g} (1, ${kg}{kind=~"anon|shmem"}) * 0 + 1)
+              or on ${g}
+                label_replace(${named}, "kind", "anon", "", "")
+              or on ${g}
+                ${top_kind}
+            )
+            and on ${g} ${binding} == 1
+            """,
+            named=_indent(named, 4), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH,
+            binding=q.BINDING)),
+        (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
+    ]
+    return _rules(rules_, q.LASTING_RECORDING_RULE_HELP)
 
 
 # --- alerting rules ----------------------------------------------------------------------
@@ -324,127 +438,160 @@ def _alert(
     return rule
 
 
-def _windows(config: Config, horizon_s: int) -> str:
-    """horizon / baseline window, as a PromQL number."""
-    return number(round(horizon_s / config.baseline_window_s, 6))
-
-
-def _rise_cap(config: Config, horizon_s: int) -> str:
-    """The growth a horizon may extrapolate is capped by the baseline's rise: one
-    window's worth, or more for a horizon longer than the window. A nightly burst that
-    grows fast for two hours does not extrapolate beyond what the baseline gained."""
-    factor = max(1.0, horizon_s / config.baseline_window_s)
-    return q.UNRECLAIMABLE_BASELINE_RISE + ("" if factor == 1 else f" * {number(factor)}")
+def _ttl(config: Config, horizons: str) -> str:
+    sel = f'{q.TIME_TO_LIMIT_BY_HORIZON}{{horizon=~"{horizons}"}}'
+    return f"min by {by(*config.group_labels)} ({sel})"
 
 
 def filling_up_warning(config: Config) -> Rule:
-    h = config.fill_warning_horizon_s
-    long_h = config.fill_warning_long_horizon_s
-    # Short horizon: the growth expected in h at the rate it grows while it grows,
-    # capped by the baseline's rise (a nightly burst does not extrapolate beyond it).
-    # Long horizon: a rise seen in each of the last two windows is a multi-day trend.
-    condition = expr(
-        """
-            ${h} < ${rate} * ${h_s}
-          and
-            ${h} < ${cap}
-        or
-            ${h} < ${rise} * ${long_windows}
-          and
-            ${h} < (${rise} offset ${bw}) * ${long_windows}
-          and on ${g}
-            ${rate}
-        """,
-        h=q.HEADROOM_LOWEST, rate=q.UNRECLAIMABLE_GROWTH_RATE,
-        rise=q.UNRECLAIMABLE_BASELINE_RISE,
-        h_s=h, cap=_rise_cap(config, h), long_windows=_windows(config, long_h),
-        bw=duration(config.baseline_window_s), g=by(*config.group_labels),
-    )
+    def cond(h_s: int) -> str:
+        return f"{_ttl(config, 'lasting')} < {h_s}"
+
+    name = "HeadroomMemoryFillingUp"
+    condition = hysteresis(config, name, "warning", binding(config, cond(
+        config.fill_warning_horizon_s)), binding(config, cond(
+            config.fill_warning_clear_horizon_s)))
     return _alert(
-        config, "HeadroomMemoryFillingUp", owned(config, condition), "warning",
-        config.fill_warning_for_s,
-        f"Unreclaimable memory of {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} is "
-        f"predicted to reach its limit within {duration(long_h)}.",
-        f"Memory the kernel cannot reclaim in {_WHERE} keeps growing: its "
-        f"{duration(config.baseline_window_s)} baseline rose by "
-        f"{_workload_query(config, q.UNRECLAIMABLE_BASELINE_RISE, 'humanize1024')}B and "
-        f"it grows by up to "
-        f"{_workload_query(config, q.UNRECLAIMABLE_GROWTH_RATE, 'humanize1024', '3600')}"
-        f"B/h. Only {{{{ $value | humanize1024 }}}}B are left below the "
-        f"{_workload_query(config, q.LIMIT, 'humanize1024')}B limit "
-        f"({_workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used): "
-        f"the pod will be OOM-killed within {duration(h)} (a one-day rise) to "
-        f"{duration(long_h)} (a rise every day) unless the growth stops. The working set "
-        f"may look flat: page cache is being squeezed out.",
-        # A ticket for a trend over days does not resolve because one hour's figures
-        # dipped: it keeps firing for its horizon after its condition last held.
-        keep_firing_s=max(h, config.keep_firing_s),
+        config, name, condition, "warning", config.fill_warning_for_s,
+        f"{{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} is predicted to reach its "
+        f"memory limit within {duration(config.fill_warning_horizon_s)}.",
+        f"The lasting trend of {_WHERE} (the floor and the peaks both rise, day over day) "
+        f"reaches the {_workload_query(config, q.LIMIT, 'humanize1024')}B limit in "
+        f"{{{{ $value | humanizeDuration }}}}. What grows: {_top_grower(config)}. The "
+        f"peaks reached {_workload_query(config, q.PEAK_ENVELOPE, 'humanize1024')}B; the "
+        f"working set may look flat while page cache is squeezed out.",
+    )
+
+
+def critical_condition(config: Config, scale: float) -> str:
+    """The page's condition with every horizon times ``scale`` (1: fire; more: clear).
+
+    * a climb beyond the pattern: the short or medium horizon reaches the limit within
+      the critical horizon, and memory is above what the recurring peaks plus a window
+      of their lasting trend explain (a sawtooth's tooth or a daily swing is not);
+    * the day's climb the trend says crosses: the same, above the peaks' envelope by
+      more than ``fill_beyond_trend_s`` of the lasting trend (a sawtooth's tooth climbs
+      one period's worth above the last peaks, then is released), while the lasting
+      trend says the peaks reach the limit within the envelope window;
+    * the peaks at the limit: their envelope reaches it at the lasting rate within the
+      lasting page horizon, or within the confirm horizon while a climb that reaches it
+      within the fast confirm horizon goes on.
+    """
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    env = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
+    lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
+
+    def h(seconds: int) -> str:
+        return number(round(seconds * scale))
+
+    return expr(
+        """
+        min by ${g} (${ttl})
+        and on ${g}
+        (
+            ${fast} < ${crit}
+          and on ${g}
+            (
+                ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
+              or
+                ${u} unless on ${g} ${env}
+            )
+        or
+            ${fast} < ${crit}
+          and on ${g}
+            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
+          and on ${g}
+            ${lasting} < ${bw_h}
+        or
+            ${env_ttl} < ${lasting_page}
+        or
+            ${env_ttl} < ${confirm}
+          and on ${g}
+            ${fast} < ${fast_confirm}
+        )
+        """,
+        # The peaks' own forecast: from the envelope of the peaks before the last hour,
+        # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
+        # released; the next tooth is what the envelope's trend says).
+        env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
+        g=g, ttl=q.TIME_TO_LIMIT_BY_HORIZON, fast=_ttl(config, "short|medium"),
+        lasting=_ttl(config, "lasting"), u=q.UNRECLAIMABLE, env=env, rate=lasting_rate,
+        # The page must be out (its `for:` elapsed) when the kill is the horizon away.
+        bw=config.baseline_window_s, beyond=config.fill_beyond_trend_s,
+        crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
+        bw_h=h(config.baseline_window_s), lasting_page=h(config.fill_lasting_page_horizon_s),
+        confirm=h(config.fill_lasting_confirm_horizon_s),
+        fast_confirm=h(config.fill_fast_confirm_horizon_s),
+    )
+
+
+def _crash_loop_hold(config: Config) -> str:
+    """A page stays on through a crash loop (the pod recreated under the same name): for
+    an hour after a kill, and while memory grows again within the loop window of one.
+    One stream of pages; HeadroomPodOOMKilled reports every kill."""
+    pod = by(*config.pod_labels)
+    g = by(*config.group_labels)
+
+    def killed(window_s: int) -> str:
+        return (f"max by {pod} (max_over_time(ALERTS{{alertname=\"HeadroomPodOOMKilled\", "
+                f"alertstate=\"firing\"}}[{duration(window_s)}]))")
+
+    return expr(
+        """
+            min by ${g} (${ttl})
+          and on ${pod}
+            ${loop}
+        or
+            ${headroom} * 0
+          and on ${pod}
+            ${after}
+        """,
+        g=g, pod=pod, ttl=q.TIME_TO_LIMIT_BY_HORIZON, headroom=q.HEADROOM,
+        loop=killed(config.crash_loop_window_s), after=killed(config.oom_lookback_s),
     )
 
 
 def filling_up_critical(config: Config) -> Rule:
-    h = config.fill_critical_horizon_s
-    # Three ways to be an hour from the limit; each needs growth that is still going on:
-    # a fast ramp at its sustained short slope; the hour's trend while the medium slope
-    # has stayed positive (a ramp over hours); the daily growth rate (slow leaks, nightly
-    # growth), capped by an hour's rise of the baseline.
-    condition = expr(
-        """
-            ${h} < ${fast} * ${h_s}
-          and
-            ${ratio} > ${fast_min}
-        or
-            ${h} < ${slope} * ${h_s}
-          and
-            ${medium} > 0
-        or
-            ${h} < ${rate} * ${h_s}
-          and
-            ${h} < ${cap}
-          and
-            ${slope} > 0
-        """,
-        h=q.HEADROOM_LOWEST, fast=q.UNRECLAIMABLE_SUSTAINED_SHORT,
-        medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM, rate=q.UNRECLAIMABLE_GROWTH_RATE,
-        rise=q.UNRECLAIMABLE_BASELINE_RISE, slope=q.UNRECLAIMABLE_SLOPE,
-        ratio=q.UNRECLAIMABLE_RATIO, fast_min=config.fill_fast_min_ratio,
-        # The page must be out (its `for:` elapsed) when the kill is an hour away.
-        h_s=h + config.fill_critical_for_s, cap=_rise_cap(config, h),
-    )
+    name = "HeadroomMemoryFillingUp"
+    clear = config.fill_critical_clear_horizon_s / config.fill_critical_horizon_s
+    condition = hysteresis(config, name, "critical",
+                           binding(config, critical_condition(config, 1)),
+                           binding(config, critical_condition(config, clear) + "\nor\n"
+                                   + _crash_loop_hold(config)))
     return _alert(
-        config, "HeadroomMemoryFillingUp", owned(config, condition), "critical",
-        config.fill_critical_for_s,
-        f"{{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} will be OOM-killed within "
-        f"{duration(h)}.",
-        f"Unreclaimable memory of {_WHERE} is growing now "
-        f"({_workload_query(config, q.UNRECLAIMABLE_SLOPE, 'humanize1024', '3600')}B/h "
-        f"over the last {duration(config.slope_window_s)}) and only "
-        f"{{{{ $value | humanize1024 }}}}B are left below the "
-        f"{_workload_query(config, q.LIMIT, 'humanize1024')}B limit "
+        config, name, condition, "critical", config.fill_critical_for_s,
+        "{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "
+        "{{ $value | humanizeDuration }}.",
+        f"Unreclaimable memory of {_WHERE} reaches the "
+        f"{_workload_query(config, q.LIMIT, 'humanize1024')}B limit in "
+        f"{_ttl_text(config)}; "
+        f"{_workload_query(config, q.HEADROOM, 'humanize1024')}B are left "
         f"({_workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used). "
-        f"At this rate the kernel OOM-kills it within {duration(h)}.",
-        # "Within the hour" stays true for the hour: a page is not resolved and re-sent
-        # because the slope or the peak dipped for a few minutes.
-        keep_firing_s=max(h, config.keep_firing_s),
+        f"What grows: {_top_grower(config)}. Act now: the kernel OOM-kills the pod when "
+        f"it gets there.",
     )
 
 
 def near_limit(config: Config) -> Rule:
-    # A workload that is filling up is FillingUp's (a slow leak crosses 95 % a day
-    # before the kill, a ramp minutes before its page): this pages a pod that sits near
-    # its limit without a daily trend or a ramp going on.
-    condition = expr(
-        """
-        ${ratio} > ${threshold}
-        unless on ${g} ${rate}
-        unless on ${g} ${medium} > 0
-        """,
-        ratio=q.UNRECLAIMABLE_RATIO, threshold=config.near_limit_ratio,
-        g=by(*config.group_labels), rate=q.UNRECLAIMABLE_GROWTH_RATE,
-        medium=q.UNRECLAIMABLE_SUSTAINED_MEDIUM,
-    )
+    # A workload that grows (at any horizon within the last envelope window) is
+    # FillingUp's: a slow leak in a big limit sits above 95 % for days before its kill.
+    # This pages a pod that sits at its limit without growing.
+    name = "HeadroomMemoryNearLimit"
+    def cond(ratio: float) -> str:
+        return expr(
+            """
+            ${ratio} > ${threshold}
+            unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
+            """,
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            growth=q.GROWTH, bw=duration(config.baseline_window_s),
+        )
+
+    fire, clear = cond(config.near_limit_ratio), cond(config.near_limit_clear_ratio)
     return _alert(
-        config, "HeadroomMemoryNearLimit", owned(config, condition), "critical",
+        config, name, hysteresis(config, name, "critical", binding(config, fire),
+                                 binding(config, clear)), "critical",
         config.near_limit_for_s,
         "{{ $labels.namespace }}/{{ $labels.pod }} has almost no reclaimable memory left.",
         f"Memory the kernel cannot reclaim is at {{{{ $value | humanizePercentage }}}} of "
@@ -455,19 +602,25 @@ def near_limit(config: Config) -> Rule:
 
 def reclaim_at_limit(config: Config) -> Rule:
     # max, not sum, over instances: two exporters overlapping in a rollout see one counter.
-    condition = expr(
-        """
-        ${ratio} > ${threshold}
-        and on ${g}
-        max by ${g} (rate(${events}[${w}])) > 0
-        """,
-        ratio=q.UNRECLAIMABLE_RATIO, threshold=config.high_ratio,
-        g=by(*config.group_labels),
-        events=_raw(config, c.MEMORY_EVENTS_TOTAL, event="max"),
-        w=duration(config.reclaim_window_s),
-    )
+    name = "HeadroomMemoryReclaimAtLimit"
+
+    def cond(ratio: float) -> str:
+        return expr(
+            """
+            ${ratio} > ${threshold}
+            and on ${g}
+            max by ${g} (rate(${events}[${w}])) > 0
+            """,
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            events=_raw(config, c.MEMORY_EVENTS_TOTAL, event="max"),
+            w=duration(config.reclaim_window_s),
+        )
+
+    condition = hysteresis(config, name, "warning",
+                           binding(config, cond(config.high_ratio)),
+                           binding(config, cond(config.high_clear_ratio)))
     return _alert(
-        config, "HeadroomMemoryReclaimAtLimit", owned(config, condition), "warning",
+        config, name, condition, "warning",
         config.reclaim_for_s,
         "The kernel keeps reclaiming memory at the limit of "
         "{{ $labels.namespace }}/{{ $labels.pod }}.",
@@ -479,17 +632,22 @@ def reclaim_at_limit(config: Config) -> Rule:
 
 
 def hidden_memory_growth(config: Config) -> Rule:
-    condition = expr(
-        """
-        ${rise}{container=""} > ${min_bytes}
-        and
-        ${rise}{container=""} > ${min_ratio} * ${limit}
-        """,
-        rise=q.HIDDEN_BASELINE_RISE, min_bytes=config.hidden_min_rise_bytes,
-        min_ratio=config.hidden_min_rise_ratio, limit=q.LIMIT,
-    )
+    name = "HeadroomHiddenMemoryGrowth"
+
+    def cond(part: float) -> str:
+        return expr(
+            """
+            ${rise}{container=""} > ${min_bytes}
+            and
+            ${rise}{container=""} > ${min_ratio} * ${limit}
+            """,
+            rise=q.HIDDEN_BASELINE_RISE, min_bytes=part * config.hidden_min_rise_bytes,
+            min_ratio=part * config.hidden_min_rise_ratio, limit=q.LIMIT,
+        )
+
+    condition = hysteresis(config, name, "warning", cond(1.0), cond(0.5))
     return _alert(
-        config, "HeadroomHiddenMemoryGrowth", condition, "warning", config.hidden_for_s,
+        config, name, condition, "warning", config.hidden_for_s,
         "Memory no process accounts for grows in {{ $labels.namespace }}/"
         "{{ $labels.pod }}.",
         f"The baseline of memory that no process of pod {{{{ $labels.namespace }}}}/"
@@ -503,7 +661,9 @@ def hidden_memory_growth(config: Config) -> Rule:
 
 def shared_memory_filling_up(config: Config) -> Rule:
     w = config.shm_fill_window_s
-    condition = expr(
+    name = "HeadroomSharedMemoryFillingUp"
+    full = 1 - config.shm_fill_max_free_ratio
+    fire = expr(
         """
         ${used} / ${size} > ${full}
         and
@@ -511,13 +671,14 @@ def shared_memory_filling_up(config: Config) -> Rule:
         and
         ${spans}
         """,
-        used=q.TMPFS_USED, size=q.TMPFS_SIZE,
-        full=round(1 - config.shm_fill_max_free_ratio, 6), w=duration(w),
-        horizon=config.shm_fill_horizon_s,
-        spans=_spans(q.TMPFS_USED, w, config.min_span_ratio),
+        used=q.TMPFS_USED, size=q.TMPFS_SIZE, full=round(full, 6), w=duration(w),
+        horizon=config.shm_fill_horizon_s, spans=_spans(q.TMPFS_USED, w // 2, w // 2),
     )
+    clear = f"{q.TMPFS_USED} / {q.TMPFS_SIZE} > {number(round(full - 0.1, 6))}"
+    condition = hysteresis(config, name, "warning", fire, clear,
+                           (*config.group_labels, "mount"))
     return _alert(
-        config, "HeadroomSharedMemoryFillingUp", condition, "warning",
+        config, name, condition, "warning",
         config.shm_fill_for_s,
         "tmpfs {{ $labels.mount }} of {{ $labels.namespace }}/{{ $labels.pod }} is "
         f"predicted to fill within {duration(config.shm_fill_horizon_s)}.",
@@ -530,13 +691,13 @@ def shared_memory_filling_up(config: Config) -> Rule:
 
 
 def stale_shared_memory(config: Config) -> Rule:
-    condition = expr(
-        "${orphaned} > ${min_bytes}",
-        orphaned=_held(config, c.TMPFS_ORPHANED_BYTES, (*config.group_labels, "mount")),
-        min_bytes=config.stale_shm_min_bytes,
-    )
+    name = "HeadroomStaleSharedMemory"
+    orphaned = _held(config, c.TMPFS_ORPHANED_BYTES, (*config.group_labels, "mount"))
+    condition = hysteresis(
+        config, name, "warning", f"{orphaned} > {config.stale_shm_min_bytes}",
+        f"{orphaned} > {config.stale_shm_min_bytes // 2}", (*config.group_labels, "mount"))
     return _alert(
-        config, "HeadroomStaleSharedMemory", condition, "warning", config.stale_shm_for_s,
+        config, name, condition, "warning", config.stale_shm_for_s,
         "{{ $value | humanize1024 }}B of files in {{ $labels.mount }} of "
         "{{ $labels.namespace }}/{{ $labels.pod }} belong to no live process.",
         "Files in the memory-backed tmpfs {{ $labels.mount }} of pod "
@@ -551,16 +712,22 @@ def kv_offload_will_not_fit(config: Config) -> Rule:
     pod = by(*config.pod_labels)
     # vLLM series carry the vLLM container's labels: compare with that container's own
     # headroom and, joined on the pod labels, with the pod-level cgroup's (container="").
-    condition = expr(
-        """
-        ${pending} - ${h} > 0
-        or
-        ${pending} - on ${pod} group_left () ${h}{container=""} > 0
-        """,
-        pending=q.KV_OFFLOAD_PENDING, h=q.HEADROOM, pod=pod,
-    )
+    name = "HeadroomKVOffloadWillNotFit"
+
+    def cond(margin: int) -> str:
+        return expr(
+            """
+            ${pending} - ${h} > ${margin}
+            or
+            ${pending} - on ${pod} group_left () ${h}{container=""} > ${margin}
+            """,
+            pending=q.KV_OFFLOAD_PENDING, h=q.HEADROOM, pod=pod, margin=margin,
+        )
+
+    condition = hysteresis(config, name, "warning", cond(0),
+                           cond(-config.owner_tolerance_bytes))
     return _alert(
-        config, "HeadroomKVOffloadWillNotFit", condition, "warning",
+        config, name, condition, "warning",
         config.kv_offload_for_s,
         "vLLM's CPU KV-offload tier in {{ $labels.namespace }}/{{ $labels.pod }} does "
         "not fit in the memory left.",
@@ -575,7 +742,8 @@ def kv_offload_will_not_fit(config: Config) -> Rule:
 def node_memory_pressure(config: Config) -> Rule:
     node = by(*config.node_labels)
     total = _held(config, c.NODE_MEMORY_TOTAL_BYTES, config.node_labels)
-    condition = expr(
+    name = "HeadroomNodeMemoryPressure"
+    fire = expr(
         """
         ${avail} < ${ratio} * ${total}
         and
@@ -586,8 +754,10 @@ def node_memory_pressure(config: Config) -> Rule:
         avail=q.NODE_AVAILABLE, ratio=config.node_pressure_ratio, total=total,
         w=duration(config.slope_window_s), horizon=config.node_pressure_horizon_s,
         eviction=config.node_eviction_bytes,
-        spans=_spans(q.NODE_AVAILABLE, config.slope_window_s, config.min_span_ratio),
+        spans=_spans(q.NODE_AVAILABLE, config.slope_window_s // 2, config.slope_window_s // 2),
     )
+    clear = f"{q.NODE_AVAILABLE} < {number(1.5 * config.node_pressure_ratio)} * {total}"
+    condition = hysteresis(config, name, "critical", fire, clear, config.node_labels)
     # The pods without a limit of their own on that node (their effective limit is the
     # node's memory), fastest growing first: the kubelet evicts among them.
     on_node = ", ".join(f"{x}=%q" for x in config.node_labels)
@@ -596,7 +766,7 @@ def node_memory_pressure(config: Config) -> Rule:
     ranking = expr(
         "sort_desc(topk(3, ${slope}{container=\"\"} and on ${pod} "
         "(${limit} >= on ${node} group_left () ${no_limit} * ${node_total})))",
-        slope=q.UNRECLAIMABLE_SLOPE, pod=by(*config.pod_labels), limit=limit, node=node,
+        slope=q.SLOPE_MEDIUM, pod=by(*config.pod_labels), limit=limit, node=node,
         no_limit=config.no_limit_ratio,
         node_total=_raw(config, c.NODE_MEMORY_TOTAL_BYTES),
     ).replace('"', '\\"')
@@ -606,7 +776,7 @@ def node_memory_pressure(config: Config) -> Rule:
         "{{ end }}"
     )
     return _alert(
-        config, "HeadroomNodeMemoryPressure", condition, "critical",
+        config, name, condition, "critical",
         config.node_pressure_for_s,
         "Node {{ $labels." + config.node_labels[0] + " }} is running out of memory: "
         "pods without a memory limit will be evicted.",
@@ -685,10 +855,16 @@ def collector_failing(config: Config) -> Rule:
 
 
 def vllm_scrape_failing(config: Config) -> Rule:
+    # Only a vLLM that answered before: one without a listener (vllm run-batch, a
+    # worker-only process) never does, and that is a known state, not a failure.
     condition = expr(
-        "max by ${g} (avg_over_time(${up}[${w}])) < 0.5",
-        g=by(*config.group_labels), up=_raw(config, c.VLLM_UP),
-        w=duration(config.vllm_scrape_window_s),
+        """
+        ${up} < 0.5
+        and on ${g}
+        max_over_time(${answered}[${bw}])
+        """,
+        g=by(*config.group_labels), up=q.VLLM_UP, answered=q.VLLM_ANSWERED,
+        bw=duration(config.baseline_window_s),
     )
     return _alert(
         config, "HeadroomVLLMScrapeFailing", condition, "warning",
@@ -705,7 +881,9 @@ def vllm_scrape_failing(config: Config) -> Rule:
 def groups(config: Config) -> list[Group]:
     p = config.rule_group_prefix
     return [
-        {"name": f"{p}.rules", "rules": recording_rules(config)},
+        {"name": f"{p}.rules", "rules": fast_recording_rules(config)},
+        {"name": f"{p}.lasting", "interval": duration(config.lasting_interval_s),
+         "rules": lasting_recording_rules(config)},
         {
             "name": f"{p}-memory",
             "rules": [
@@ -729,4 +907,5 @@ def groups(config: Config) -> list[Group]:
     ]
 
 
-__all__ = ["groups", "owned", "recording_rules"]
+__all__ = ["binding", "fast_recording_rules", "groups", "hysteresis",
+           "lasting_recording_rules"]

@@ -64,58 +64,77 @@ class Config:
     # Alerts keep firing this long after their condition last held: a gap or a noisy
     # sample does not resolve a page and re-fire it.
     keep_firing_s: int = 15 * MINUTE
-    # Forecasts compare growth with the lowest headroom over this window (the recent
-    # peak): a kill comes with a peak, and a noisy sample must not hold back a `for:`.
+    # Forecasts compare growth with the highest unreclaimable figure over this window
+    # (the recent peak): a kill comes with a peak, and a noisy sample must not hold back
+    # a `for:`.
     peak_window_s: int = 10 * MINUTE
 
-    # --- trends -------------------------------------------------------------------------
-    # Trend slope: deriv() over this window ("how fast does it grow this hour").
-    slope_window_s: int = HOUR
-    # A slope counts only when its series spans at least this fraction of the window
-    # (a new series' first two samples are not a trend).
-    min_span_ratio: float = 0.5
-    # Sustained slopes: the slowest slope over a window, taken over a sustain window.
-    # Only growth that lasted window + sustain counts: a batch that rises for a few
-    # minutes and stops drops out within minutes. Short: fast ramps (a 20-minute climb);
-    # medium: ramps over hours, where the short slope drowns in noise.
-    short_window_s: int = 2 * MINUTE
+    # --- the forecast (recorded series; README "The forecast (recorded series)") --------
+    # Every window is taken over bytes (unreclaimable memory, its hourly minima and
+    # maxima), never over a ratio or a headroom: the limit enters only at the instant, so
+    # a resized limit (VPA in place) changes every forecast at the next evaluation and no
+    # window mixes two limits.
+    # Short horizon: the slowest deriv over short_window_s seen over short_sustain_s
+    # (a fast ramp that lasted; a burst that stopped drops out within minutes).
+    short_window_s: int = 5 * MINUTE
     short_sustain_s: int = 5 * MINUTE
-    medium_window_s: int = 15 * MINUTE
-    medium_sustain_s: int = 20 * MINUTE
-    # Baseline: the lowest unreclaimable figure in this window; it rising from one window
-    # to the next is growth that diurnal load cannot explain.
-    baseline_window_s: int = DAY
-    # Sustained growth: the baseline must rise per window by more than both.
+    # Medium horizon: the same over hours.
+    medium_window_s: int = 30 * MINUTE
+    medium_sustain_s: int = 30 * MINUTE
+    # Lasting horizon: from hourly minima and maxima (recorded by a group evaluated every
+    # lasting_interval_s), the rise per envelope window of the floor and of the envelope
+    # of the peaks. Never a day of raw samples per evaluation.
+    hourly_window_s: int = HOUR
+    lasting_interval_s: int = 5 * MINUTE
+    baseline_window_s: int = DAY  # the envelope window: peaks and floor over a day
+    # The lasting growth counts only above both (per envelope window).
     min_baseline_rise_bytes: int = 64 * MiB
-    min_baseline_rise_ratio: float = 0.01  # of the limit
-    # A restart: unreclaimable falls below this fraction of its floor before the fall.
-    # Baselines that compare one window with the previous skip a restart.
-    restart_drop_ratio: float = 0.5
+    min_baseline_rise_ratio: float = 0.002  # of the limit
+    # How long a figure recorded every lasting_interval_s is held by its readers.
+    lasting_hold_s: int = 15 * MINUTE
+    # Trend slope for panels and HeadroomNodeMemoryPressure.
+    slope_window_s: int = HOUR
 
-    # --- which cgroup owns a pod's alert -------------------------------------------------
-    # A container owns its pod's memory alerts (the pod-level cgroup's twin stays silent)
-    # when its headroom is no more than the pod cgroup's plus this tolerance: its own
-    # limit binds first. Otherwise the pod-level cgroup's limit binds and it owns them.
+    # --- which cgroup binds ------------------------------------------------------------
+    # A container binds (its own limit comes first) when its headroom is no more than the
+    # pod cgroup's plus this tolerance; otherwise the pod-level cgroup binds.
     owner_tolerance_bytes: int = 256 * MiB
     owner_tolerance_ratio: float = 0.02  # of the limit
 
     # --- HeadroomMemoryFillingUp ------------------------------------------------------
-    # Warning: the baseline's rise per window, extrapolated over the horizon. A trend
-    # seen in each of the last two windows (a multi-day leak) gets the long horizon.
-    fill_warning_horizon_s: int = 12 * HOUR
-    fill_warning_long_horizon_s: int = 2 * DAY
+    # Ticket (warning): the lasting horizon forecasts the limit within the horizon; it
+    # clears only beyond the clear horizon (hysteresis).
+    fill_warning_horizon_s: int = 3 * DAY
+    fill_warning_clear_horizon_s: int = 4 * DAY
     fill_warning_for_s: int = 30 * MINUTE
-    # Critical: within this horizon, by the trend (slow leaks) or the sustained slope
-    # (fast ramps, which must also be this full already).
+    # Page (critical): the short or medium horizon forecasts the limit within the
+    # critical horizon, confirmed by the envelope of the peaks (the climb goes beyond what
+    # the recurring peaks and their lasting trend explain, or the lasting trend says the
+    # peaks reach the limit within the envelope window); or the peaks' envelope reaches
+    # the limit within the lasting page horizon at the lasting rate (a slow leak, a
+    # sawtooth whose teeth climb), or within the confirm horizon while a climb that
+    # reaches it within the fast confirm horizon goes on.
     fill_critical_horizon_s: int = HOUR
+    fill_critical_clear_horizon_s: int = 3 * HOUR
+    fill_lasting_page_horizon_s: int = 3 * HOUR
+    fill_lasting_confirm_horizon_s: int = 6 * HOUR
+    fill_fast_confirm_horizon_s: int = 2 * HOUR
+    # A climb counts as beyond the recurring peaks once it is above their envelope by
+    # more than this much of the lasting trend (a tooth of a sawtooth with a period up
+    # to this long climbs less, and is released).
+    fill_beyond_trend_s: int = 6 * HOUR
     fill_critical_for_s: int = 5 * MINUTE
-    fill_fast_min_ratio: float = 0.75
+    # A page stays on while the pod keeps being OOM-killed and grows again within this
+    # window of a kill (a crash loop under the same pod name: one stream of pages).
+    crash_loop_window_s: int = 6 * HOUR
 
     # --- HeadroomMemoryNearLimit and panel thresholds -----------------------------------
     near_limit_ratio: float = 0.95  # red on panels
+    near_limit_clear_ratio: float = 0.92  # a firing page clears only below this
     near_limit_for_s: int = 10 * MINUTE
     # Orange on panels; HeadroomMemoryReclaimAtLimit needs this much unreclaimable.
     high_ratio: float = 0.85
+    high_clear_ratio: float = 0.80
 
     # --- HeadroomMemoryReclaimAtLimit -------------------------------------------------
     reclaim_window_s: int = 15 * MINUTE
@@ -183,8 +202,12 @@ class Config:
                 raise ValueError(f"{f} must be positive")
         if self.fill_critical_horizon_s > self.fill_warning_horizon_s:
             raise ValueError("the critical horizon must not exceed the warning horizon")
-        if self.fill_warning_horizon_s > self.fill_warning_long_horizon_s:
-            raise ValueError("the long warning horizon must not be the shorter one")
+        for fire, clear in _HYSTERESIS:
+            if getattr(self, clear) < getattr(self, fire):
+                raise ValueError(f"{clear} must not be below {fire} (hysteresis)")
+        if self.near_limit_clear_ratio > self.near_limit_ratio or \
+                self.high_clear_ratio > self.high_ratio:
+            raise ValueError("a clear ratio must not exceed its fire ratio")
         for f in _RATIO_FIELDS:
             if not 0 <= getattr(self, f) <= 1:
                 raise ValueError(f"{f} must be within 0..1")
@@ -206,6 +229,10 @@ class Config:
 DURATION_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Config) if f.name.endswith("_s")
 )
+_HYSTERESIS: tuple[tuple[str, str], ...] = (
+    ("fill_warning_horizon_s", "fill_warning_clear_horizon_s"),
+    ("fill_critical_horizon_s", "fill_critical_clear_horizon_s"),
+)
 _RATIO_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Config) if f.name.endswith("_ratio")
 )
@@ -217,70 +244,113 @@ CONFIG = Config().validated()
 # --- recording-rule names ------------------------------------------------------------------
 # Per workload (namespace, pod, container; the pod-level cgroup has container=""), unless
 # said otherwise. Values in base units: bytes, bytes per second, seconds, ratios.
+# The forecast contract (README "The forecast (recorded series)"): LIMIT, UNRECLAIMABLE,
+# HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT, TOP_GROWER. Alerts read those
+# (and TIME_TO_LIMIT_BY_HORIZON, the per-horizon figures TIME_TO_LIMIT is the soonest of).
 LIMIT = "headroom:memory_limit:bytes"
 UNRECLAIMABLE = "headroom:memory_unreclaimable:bytes"
 WORKING_SET = "headroom:memory_working_set:bytes"
 UNRECLAIMABLE_RATIO = "headroom:memory_unreclaimable:ratio"
 HEADROOM = "headroom:memory_headroom:bytes"
-HEADROOM_LOWEST = "headroom:memory_headroom_lowest:bytes"
-OWNER = "headroom:memory_alert_owner:bool"
-RESTART = "headroom:memory_restart:bool"
-UNRECLAIMABLE_SLOPE = "headroom:memory_unreclaimable:slope"
-UNRECLAIMABLE_SUSTAINED_SHORT = "headroom:memory_unreclaimable:sustained_slope_short"
-UNRECLAIMABLE_SUSTAINED_MEDIUM = "headroom:memory_unreclaimable:sustained_slope_medium"
-UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
-UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
-UNRECLAIMABLE_GROWTH_RATE = "headroom:memory_unreclaimable:growth_rate"
-TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"
-WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
+BINDING = "headroom:memory_binding:bool"
+SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
+SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
+GROWTH = "headroom:memory_growth:rate"  # label horizon: short, medium, lasting
+TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
+TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
+PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
 PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
+MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
 HIDDEN = "headroom:memory_hidden:bytes"
-HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
 TMPFS_USED = "headroom:tmpfs_used:bytes"  # per workload and mount
 TMPFS_SIZE = "headroom:tmpfs_size:bytes"  # per workload and mount
 KV_OFFLOAD_PENDING = "headroom:vllm_kv_offload_pending:bytes"
 NODE_AVAILABLE = "headroom:node_memory_available:bytes"  # per node
+VLLM_UP = "headroom:vllm_up:ratio"
+# The lasting group (evaluated every Config.lasting_interval_s).
+HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
+HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
+WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
+HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
+UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
+UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
+PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
+PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
+WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
+HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
+KIND_GROWTH = "headroom:memory_kind_growth:rate"  # per workload and kind
+PROCESS_GROWTH = "headroom:process_memory_growth:rate"  # per workload and process
+TOP_GROWER = "headroom:memory_top_grower:rate"  # labels kind, process
+VLLM_ANSWERED = "headroom:vllm_answered:bool"
+# Compatibility: the alert owner of earlier releases is the binding cgroup.
+OWNER = BINDING
 
-# Name -> meaning, in evaluation order (later rules read earlier ones).
-RECORDING_RULE_HELP: dict[str, str] = {
-    LIMIT: "effective hard limit of the cgroup (absent when 0: a limit of 0 never divides)",
-    UNRECLAIMABLE: "memory the kernel cannot reclaim without swap (anon, shmem, kernel)",
+HORIZONS: tuple[str, ...] = ("short", "medium", "lasting")
+KINDS: tuple[str, ...] = ("anon", "shmem", "dev_shm", "kernel", "hidden")
+
+# Name -> meaning, in evaluation order (later rules read earlier ones), per group.
+FAST_RECORDING_RULE_HELP: dict[str, str] = {
+    LIMIT: "effective hard limit in force now (absent when 0: a limit of 0 never divides)",
+    UNRECLAIMABLE: "memory the kernel cannot reclaim without swap (anon, shmem, kernel): "
+    "the figure that OOMs",
     WORKING_SET: "usage - inactive_file: the kubelet's working set, for comparison",
-    UNRECLAIMABLE_RATIO: "unreclaimable / limit",
-    HEADROOM: "limit - unreclaimable: what can still be charged once page cache is gone",
-    HEADROOM_LOWEST: "the lowest headroom over the peak window (limit - the recent peak): "
-    "what the forecasts compare growth with",
-    OWNER: "1 for a container whose own limit binds first (its headroom is no more than "
-    "the pod cgroup's plus a tolerance): the pod-level twin of its alerts stays silent",
-    RESTART: "1 while unreclaimable has just fallen below a fraction of its floor: the "
-    "container restarted (and the pod-level cgroup, when one of its containers did)",
-    UNRECLAIMABLE_SLOPE: "trend: slope of unreclaimable over the trend window (bytes/s), "
-    "once the series spans enough of it",
-    UNRECLAIMABLE_SUSTAINED_SHORT: "the slowest short-window slope over the short "
-    "sustain window (bytes/s): positive only while a fast ramp has lasted; a rise that "
-    "stopped drops out within minutes",
-    UNRECLAIMABLE_SUSTAINED_MEDIUM: "the slowest medium-window slope over the medium "
-    "sustain window (bytes/s): positive while a ramp over hours goes on",
-    UNRECLAIMABLE_BASELINE: "lowest unreclaimable figure in the baseline window",
-    UNRECLAIMABLE_BASELINE_RISE: "baseline now minus baseline one window earlier: growth "
-    "that diurnal load cannot explain (bytes per window); absent across a restart",
-    UNRECLAIMABLE_GROWTH_RATE: "fastest trend slope in the last baseline window, present "
-    "only while the baseline rises by more than the minimum (bytes/s)",
-    TIME_TO_LIMIT: "headroom / trend slope, where the slope is positive (seconds)",
-    WORKING_SET_BASELINE: "lowest working set in the baseline window: flat while "
-    "unreclaimable memory squeezes page cache out",
-    PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for "
-    "(PSS where present, else RSS)",
+    UNRECLAIMABLE_RATIO: "unreclaimable / the limit in force now",
+    HEADROOM: "limit now - unreclaimable: what can still be charged once page cache is gone",
+    BINDING: "1 on the cgroup whose limit binds: a container whose headroom is no more "
+    "than the pod cgroup's plus a tolerance (its own limit comes first), the pod-level "
+    "cgroup when one of its containers has no such limit; 0 on the others",
+    SLOPE_SHORT: "deriv of unreclaimable over the short window (bytes/s)",
+    SLOPE_MEDIUM: "deriv of unreclaimable over the medium window (bytes/s)",
+    GROWTH: "growth estimate per horizon (bytes/s, present only while > 0): short and "
+    "medium = the slowest slope over their sustain window once the series spans it; "
+    "lasting = the rise per day of both the floor and the envelope of the peaks (the "
+    "smaller), from hourly minima and maxima",
+    TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
+    "and medium from the recent peak, lasting from the peaks' envelope",
+    TIME_TO_LIMIT: "the soonest of the per-horizon forecasts, one series per cgroup; "
+    "label horizon says which horizon binds",
+    PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
+    PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
+    MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
+    "(memory-backed tmpfs files), kernel (kernel + socket buffers)",
     HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
     "kernel memory, charges left by dead containers)",
-    HIDDEN_BASELINE_RISE: "growth of the hidden memory's baseline over one window",
     TMPFS_USED: "bytes used in each memory-backed tmpfs of the pod (per mount)",
     TMPFS_SIZE: "size of each memory-backed tmpfs of the pod (per mount)",
     KV_OFFLOAD_PENDING: "part of vLLM's CPU KV-offload tier not yet in use: "
     "capacity * (1 - usage), or the whole capacity when vLLM reports no usage",
     NODE_AVAILABLE: "MemAvailable of the node (per node_labels)",
+    VLLM_UP: "fraction of scrapes over the vLLM scrape window that read the pod's vLLM "
+    "/metrics",
 }
+LASTING_RECORDING_RULE_HELP: dict[str, str] = {
+    HOURLY_MAX: "highest unreclaimable figure over the last hour",
+    HOURLY_MIN: "lowest unreclaimable figure over the last hour",
+    WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
+    HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
+    UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
+    "window (from the hourly minima)",
+    UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the floor one window earlier "
+    "(bytes per window), for a workload that spans both windows",
+    PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
+    "the envelope window before the last hour",
+    PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
+    WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
+    "unreclaimable memory squeezes page cache out",
+    HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
+    KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
+    PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
+    TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "
+    "and, when that kind is a process's (anon, shmem), the process that grows most; "
+    "value = that process's (or the kind's) growth over the last hour (bytes/s)",
+    VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
+    "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
+}
+RECORDING_RULE_HELP: dict[str, str] = {**FAST_RECORDING_RULE_HELP,
+                                       **LASTING_RECORDING_RULE_HELP}
 RECORDING_RULES: tuple[str, ...] = tuple(RECORDING_RULE_HELP)
+FORECAST_SERIES: tuple[str, ...] = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH,
+                                    PEAK_ENVELOPE, TIME_TO_LIMIT, TOP_GROWER)
 
 ALERT_NAMES: tuple[str, ...] = (
     "HeadroomMemoryFillingUp",
@@ -349,8 +419,12 @@ __all__ = [
     "CONFIG",
     "DAY",
     "DURATION_FIELDS",
+    "FORECAST_SERIES",
+    "HORIZONS",
     "HOUR",
+    "KINDS",
     "MINUTE",
+    "OWNER",
     "RECORDING_RULES",
     "RECORDING_RULE_HELP",
     "Config",

@@ -270,6 +270,13 @@ def test_critical_page_arrives_before_the_oom_kill(stack: dict[str, Any]) -> Non
           f"resolved before the kill: {len(resolved)}")
     assert len(before_kill) == 1, f"one page, once: {before_kill}"
     assert not resolved, f"the restart resolved the page: {resolved}"
+    # One incident, counted through the shipped grouping and inhibition: the kill and
+    # its report do not page again and again.
+    assert len(pages) <= 3, f"pager notifications for one incident: {pages}"
+    # The page says when, where and what grows.
+    text = page[1]["annotations"]["description"]
+    assert "horizon binds" in text and "What grows:" in text, text
+    assert f"/{uid}" in text, text  # the binding cgroup: "container C of pod NS/POD"
 
     record = os.environ.get("HEADROOM_RECORD_E2E")
     if record:

@@ -210,6 +210,12 @@ class Case:
     min_lead_s: Mapping[Key, int] = field(default_factory=dict)
     # No page (critical) earlier than this before the kill.
     max_page_lead_s: int | None = None
+    # Notifications allowed per expected alert (hysteresis: one incident, few pages).
+    max_episodes: int = 1
+    # Nothing notifies after this time (a limit raised: the pages clear).
+    quiet_after_s: int | None = None
+    # Samples fall half way between evaluations (the second evaluation phase).
+    phase_shifted: bool = False
 
     @property
     def times(self) -> range:

@@ -16,6 +16,7 @@ from typing import Any
 
 from alerts import rules, yamlout
 from exporter import catalog as c
+from exporter import promql as q
 from exporter.catalog import TMPFS_ORPHANED_BYTES
 from exporter.promql import CONFIG as DEFAULT
 from exporter.promql import DAY, HOUR, MINUTE, Config
@@ -144,10 +145,45 @@ def _filling_up_critical(cfg: Config) -> Test:
         "input_series": [
             _s(c.MEMORY_LIMIT_BYTES.name, _steps((64 * GiB, on), (limit_after, 30)), **_w()),
             _s(c.MEMORY_UNRECLAIMABLE_BYTES.name, _linear(start, rate * 60, 90), **_w()),
+            # EngineCore's anon memory is what grows; /dev/shm stays flat.
+            _s(c.PROCESS_MEMORY_BYTES.name, _linear(start - 4 * GiB, rate * 60, 90),
+               **_w(), process="EngineCore", kind="rss_anon"),
+            _s(c.PROCESS_MEMORY_BYTES.name, f"{GiB}x90", **_w(), process="EngineCore",
+               kind="rss_shmem"),
+            _s(c.MEMORY_BYTES.name, _linear(start - 4 * GiB, rate * 60, 90), **_w(),
+               kind="anon"),
+            _s(c.TMPFS_USED_BYTES.name, f"{GiB}x90", **_w(container=""), mount="/dev/shm"),
             _s("up", "1x90"),
         ],
+        "alert_rule_test": [{
+            "eval_time": _dur(fires),
+            "alertname": "HeadroomMemoryFillingUp",
+            "exp_alerts": [{
+                "exp_labels": {"severity": "critical", **_w()},
+                "exp_annotations": {
+                    "summary": "ns/p will be OOM-killed in about 25m 0s.",
+                    "description": (
+                        "Unreclaimable memory of container vllm of pod ns/p reaches the "
+                        "25.27GiB limit in 25m 0s (the short horizon binds); 1.465GiB are "
+                        "left (94.2% used). What grows: EngineCore anon +84.38GiB/day; "
+                        "/dev/shm flat. Act now: the kernel OOM-kills the pod when it gets "
+                        "there."
+                    ),
+                    "runbook_url": cfg.runbook_url("HeadroomMemoryFillingUp"),
+                },
+            }],
+        }],
         "promql_expr_test": [
             *boundary("HeadroomMemoryFillingUp", "critical", "vllm", fires),
+            # The binding cgroup is the container (its own limit), the top grower its
+            # EngineCore's anon memory, the time to limit from the short horizon.
+            {"expr": f'{q.BINDING}{{container="vllm"}}', "eval_time": _dur(fires),
+             "exp_samples": [{"labels": f'{q.BINDING}{{container="vllm", namespace="ns", '
+                                        f'pod="p"}}', "value": 1}]},
+            {"expr": f"count by (kind, process) ({q.TOP_GROWER})",
+             "eval_time": _dur(fires),
+             "exp_samples": [{"labels": '{kind="anon", process="EngineCore"}',
+                              "value": 1}]},
             # No history of a rising baseline: no ticket.
             {"expr": firing_expr("HeadroomMemoryFillingUp"), "eval_time": "85m",
              "exp_samples": [{"labels": _labels("HeadroomMemoryFillingUp", "critical",
@@ -158,12 +194,13 @@ def _filling_up_critical(cfg: Config) -> Test:
 
 def _filling_up_warning(cfg: Config) -> Test:
     # A steady leak of ~2 GiB/day for two days under a 100 GiB limit (baseline rise above
-    # both minimums, plenty of headroom); at 2d1h the limit drops to leave 3 h of growth.
+    # both minimums, plenty of headroom); at 2d1h the limit drops in place to leave 8 h
+    # of growth: the lasting horizon tickets within its `for:`, and does not page yet.
     rate = sc.per_second(2 * GiB)
     start = 10 * GiB
     on = 2 * DAY + HOUR
     total = on + 2 * HOUR
-    limit_after = start + rate * (on + 3 * HOUR)
+    limit_after = start + rate * (on + 8 * HOUR)
     fires = on + cfg.fill_warning_for_s
     n_on = on // LONG_STEP
     n = total // LONG_STEP + 1
@@ -178,7 +215,7 @@ def _filling_up_warning(cfg: Config) -> Test:
         ],
         "promql_expr_test": [
             *boundary("HeadroomMemoryFillingUp", "warning", "vllm", fires, LONG_STEP),
-            # Three hours of headroom at the drop, two an hour later: no page yet.
+            # Eight hours of headroom at the drop, seven an hour later: no page yet.
             {"expr": (
                 'count(ALERTS{alertname="HeadroomMemoryFillingUp", severity="critical"})'),
              "eval_time": _dur(on + HOUR), "exp_samples": []},

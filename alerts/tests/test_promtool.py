@@ -49,7 +49,9 @@ def test_every_generated_expression_parses(factor: int) -> None:
     promql_parser = pytest.importorskip("promql_parser")
     cfg = DEFAULT if factor == 1 else DEFAULT.scaled(factor)
     exprs = _exprs(generate.rules_yaml(cfg))
-    assert len(exprs) == len(promql.RECORDING_RULES) + len(promql.ALERT_NAMES) + 1
+    # GROWTH is recorded by one rule per horizon; FillingUp has two severities.
+    assert len(exprs) == len(promql.RECORDING_RULES) + len(promql.HORIZONS) - 1 \
+        + len(promql.ALERT_NAMES) + 1
     for name, text in exprs:
         try:
             promql_parser.parse(text)
@@ -74,12 +76,13 @@ def test_promtool_check_rules() -> None:
 @pytest.mark.prometheus
 def test_scaled_config_rules_are_valid(tmp_path: Path) -> None:
     fast = DEFAULT.scaled(720)
-    assert fast.baseline_window_s == 120 and fast.fill_warning_horizon_s == 60
+    assert fast.baseline_window_s == 120 and fast.fill_warning_horizon_s == 360
     path = tmp_path / "fast.rules.yaml"
     path.write_text(generate.rules_yaml(fast))
     out = _promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[2m] offset 2m" in path.read_text()
+    assert f'interval: {promql_duration(fast.lasting_interval_s)}' in path.read_text()
 
 
 @needs_promtool
@@ -133,14 +136,18 @@ def test_raw_series_are_selected_by_the_config_selector() -> None:
 
 def test_recording_rule_names_constant_matches_the_file() -> None:
     text = (ALERTS / "headroom.rules.yaml").read_text()
-    assert tuple(re.findall(r"^  - record: (\S+)$", text, flags=re.M)) == promql.RECORDING_RULES
+    found = re.findall(r"^  - record: (\S+)$", text, flags=re.M)
+    assert tuple(dict.fromkeys(found)) == tuple(dict.fromkeys(
+        [*promql.FAST_RECORDING_RULE_HELP, *promql.LASTING_RECORDING_RULE_HELP]))
+    assert found.count(promql.GROWTH) == len(promql.HORIZONS)
+    assert set(promql.FORECAST_SERIES) <= set(found) | {promql.PEAK_ENVELOPE}
     assert all(n.startswith("headroom:") and n.count(":") == 2 for n in promql.RECORDING_RULES)
 
 
 def test_config_validation_and_durations() -> None:
     assert promql_duration(DAY) == "1d"
     assert promql_duration(HOUR + 30 * 60) == "1h30m"
-    assert DEFAULT.fill_warning_horizon_s == 12 * HOUR
+    assert DEFAULT.fill_warning_horizon_s == 3 * DAY
     assert DEFAULT.fill_critical_horizon_s == HOUR
     with pytest.raises(ValueError):
         DEFAULT.replace(near_limit_ratio=1.5)
@@ -148,6 +155,10 @@ def test_config_validation_and_durations() -> None:
         DEFAULT.replace(fill_critical_horizon_s=DAY)
     with pytest.raises(ValueError):
         Config(group_labels=("pod",)).validated()
+    with pytest.raises(ValueError):  # hysteresis: the clear level is the looser one
+        DEFAULT.replace(fill_warning_clear_horizon_s=DAY)
+    with pytest.raises(ValueError):
+        DEFAULT.replace(near_limit_clear_ratio=0.97)
 
 
 def test_scenarios_kill_when_unreclaimable_reaches_the_limit() -> None:

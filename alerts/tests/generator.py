@@ -1,0 +1,639 @@
+"""Scenario classes, not cases: each class of issue 24 drawn with random parameters from
+a seed, and the properties every draw must have.
+
+A class is a function ``(rng) -> Draw``: it picks the rate, the limit, the noise, the
+period, the scrape interval (20-120 s), when the leak starts and how long pods live from
+``rng``, builds the exporter series the way a cluster delivers them (``cases.Recorder``:
+staleness markers, new instances, restarts) and states what must hold: which alerts must
+notify and which may, the lead windows before the kill, how many notifications one
+incident may send (through the shipped inhibition), and silence on healthy patterns.
+
+``draw(cls, seed, variant)`` makes one; variant 0 replays the rules as shipped with
+samples on the evaluations, 1 with samples half way between them (the second phase),
+2 with every range 1 ms shorter (Prometheus 3's left-open ranges). ``verdict`` reads a
+replay. ``scripts/replay_draws.py`` runs 30 draws per class; the replay tier a few.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter import catalog as c
+from exporter.promql import DAY, HOUR, MINUTE
+
+from . import evaluate
+from .cases import (
+    FILL,
+    NEAR,
+    NS,
+    RECLAIM,
+    Case,
+    Fn,
+    Key,
+    Noise,
+    Recorder,
+    Scrape,
+    cgroup,
+    diurnal,
+    first_at_or_above,
+    process,
+    ramp,
+    rollouts,
+    steady,
+    with_gaps,
+)
+from .evaluate import Stat
+
+GiB = 1024**3
+MiB = 1024**2
+PAGE_MIN_LEAD_S = 45 * MINUTE  # a pattern slower than that
+FAST_PAGE_MIN_LEAD_S = 15 * MINUTE  # a 50-minute ramp
+SLOW_PAGE_MAX_LEAD_S = 4 * HOUR  # "not more than a few hours before"
+MAX_NOTIFICATIONS = 3  # per incident
+VARIANTS = ("shipped", "phase", "shortened")
+OOM = "HeadroomPodOOMKilled"
+HIDDEN = "HeadroomHiddenMemoryGrowth"
+
+
+@dataclass(frozen=True)
+class Draw:
+    cls: str
+    seed: int
+    case: Case
+    params: dict[str, float]
+    # The first kill of a crash loop (lead windows are read against it).
+    first_kill_s: int | None = None
+    first_kill_min_lead_s: int = 0
+
+    @property
+    def label(self) -> str:
+        shown = ", ".join(f"{k}={v:.3g}" for k, v in self.params.items())
+        return f"{self.cls} seed={self.seed} ({shown})"
+
+
+def _k(alert: str, severity: str, pod: str, container: str = "vllm") -> Key:
+    return (alert, severity, pod, container)
+
+
+def _step(rng: random.Random, choices: tuple[int, ...] = (20, 30, 60, 90, 120)) -> int:
+    return rng.choice(choices)
+
+
+def _single(rec: Recorder, pod: str, limit: Fn, u: Fn, cache: float = 2 * GiB,
+            events_max: Fn | None = None, oom_kill: Fn | None = None,
+            engine: bool = True) -> None:
+    """A one-container pod (the container's limit binds) and its pod-level cgroup, with
+    an EngineCore process holding the growing anon memory."""
+    cgroup(rec, pod, "vllm", limit, u, cache=lambda t: cache, events_max=events_max,
+           oom_kill=oom_kill)
+    cgroup(rec, pod, "", limit, lambda t: None if u(t) is None else (u(t) or 0.0) + 16 * MiB,
+           cache=lambda t: cache)
+    if engine:
+        process(rec, pod, "vllm", "EngineCore",
+                lambda t: None if u(t) is None else max(0.0, (u(t) or 0.0) - 3 * GiB),
+                lambda t: None if u(t) is None else 2 * GiB)
+
+
+def _pod_alerts(pod: str, containers: tuple[str, ...] = ("vllm",)) -> frozenset[Key]:
+    """Every memory alert of the pod: allowed around a real kill."""
+    return frozenset(_k(a, s, pod, x) for a in (FILL, NEAR, RECLAIM, HIDDEN)
+                     for s in ("warning", "critical") for x in ("", *containers))
+
+
+def _killed(name: str, step: int, kill: int, rec: Recorder, pod: str, *,
+            page_min: int, page_max: int, ticket_min: int | None = None,
+            container: str = "vllm", allow: frozenset[Key] = frozenset(),
+            **kw: object) -> Case:
+    page = _k(FILL, "critical", pod, container)
+    expect = {page}
+    leads = {page: page_min}
+    if ticket_min is not None:
+        ticket = _k(FILL, "warning", pod, container)
+        expect.add(ticket)
+        leads[ticket] = ticket_min
+    return Case(name, name, "", step, kill, dict(rec.out), killed=True,
+                expect=frozenset(expect), allow=allow | _pod_alerts(pod, (container,)),
+                min_lead_s=leads, max_page_lead_s=page_max,
+                max_episodes=MAX_NOTIFICATIONS, **kw)  # type: ignore[arg-type]
+
+
+def _healthy(name: str, step: int, end: int, rec: Recorder, **kw: object) -> Case:
+    return Case(name, name, "", step, end, dict(rec.out), **kw)  # type: ignore[arg-type]
+
+
+def _zero_while(fn: Fn) -> Fn:
+    return lambda t: None if fn(t) is None else 0.0
+
+
+def _minus(fn: Fn, amount: float) -> Fn:
+    return lambda t: None if fn(t) is None else (fn(t) or 0.0) - amount
+
+
+# --- the classes --------------------------------------------------------------------------------
+def limit_raised(rng: random.Random) -> Draw:
+    """A ramp over hours pages; VPA raises the limit in place (x1.5-2.5) soon after and
+    the growth stops: the page clears within minutes, nothing fires again."""
+    step, pod = _step(rng), "resize-up-0"
+    limit = rng.uniform(24, 48) * GiB
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    start, length = rng.uniform(1, 4) * HOUR, rng.uniform(3, 8) * HOUR
+    base = rng.uniform(0.4, 0.6)
+    # The unchanged ramp would kill at start + length; raise 20-40 min before that.
+    raise_at = int(start + length - rng.uniform(20, 40) * MINUTE)
+    factor = rng.uniform(1.5, 2.5)
+    stop = raise_at + 20 * MINUTE
+
+    def u(t: int) -> float:
+        return limit * (base + (1 - base) * ramp(min(t, stop), start, start + length)) \
+            + noise(t)
+
+    def lim(t: int) -> float:
+        return limit * (factor if t >= raise_at else 1.0)
+
+    end = raise_at + 8 * HOUR
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lim, u)
+    case = _healthy("limit-raised", step, end, rec, allow=_pod_alerts(pod),
+                    max_episodes=1, quiet_after_s=raise_at + 25 * MINUTE)
+    return Draw("limit-raised", 0, case, {"step": step, "factor": factor,
+                                           "ramp_h": length / HOUR})
+
+
+def limit_cut(rng: random.Random) -> Draw:
+    """A slow leak with two days of history; the limit is cut in place to leave hours:
+    it tickets and pages like any leak."""
+    step, pod = _step(rng, (60, 90, 120)), "resize-down-0"
+    limit = rng.uniform(24, 48) * GiB
+    rate = rng.uniform(0.02, 0.05) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.002) * limit)
+    base = 0.5 * limit
+    cut_at = int(rng.uniform(2.2, 2.5) * DAY)
+    left_h = rng.uniform(8, 16)
+
+    def u(t: int) -> float:
+        return base + rate * t + noise(t)
+
+    new_limit = base + rate * cut_at + rate * left_h * HOUR
+
+    def lim(t: int) -> float:
+        return new_limit if t >= cut_at else limit
+
+    kill = first_at_or_above(u, lim, range(cut_at, cut_at + 3 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lim, u)
+    case = _killed("limit-cut", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=kill - cut_at - HOUR)
+    return Draw("limit-cut", 0, case, {"step": step, "left_h": left_h})
+
+
+def _tooth(t: float, period: float, rise: float) -> float:
+    """0 at each release, 1 at the top: a linear fill over ``rise`` of the period,
+    then flat until the release."""
+    return min(1.0, (t % period) / (rise * period))
+
+
+def sawtooth(rng: random.Random) -> Draw:
+    """A cache filled and flushed every 2-6 hours; each flush leaves a little more and
+    the peaks climb until one crosses the limit after 2.5-3.5 days. One page, when the
+    peaks are about to cross: no page for a tooth the history says is released."""
+    step, pod = _step(rng, (60, 90, 120)), "sawtooth-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    rise = rng.uniform(0.5, 0.9)
+    height = rng.uniform(0.15, 0.3) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    days = rng.uniform(2.5, 3.5)
+    peak0 = rng.uniform(0.6, 0.7) * limit
+    climb = (limit - peak0) / (days * DAY)  # of the peaks (and the floor), per second
+
+    def u(t: int) -> float:
+        return peak0 - height + climb * t + height * _tooth(t, period, rise) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 5 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("sawtooth", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=int(period + 2 * HOUR))
+    return Draw("sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
+                                       "rise": rise, "days": days})
+
+
+def sawtooth_healthy(rng: random.Random) -> Draw:
+    """The same cache with constant peaks below the limit for three days: silent."""
+    step, pod = _step(rng, (60, 90, 120)), "sawtooth-ok-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    rise = rng.uniform(0.5, 0.9)
+    peak = rng.uniform(0.8, 0.9) * limit
+    height = rng.uniform(0.2, 0.4) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak - height + height * _tooth(t, period, rise) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("sawtooth-healthy", 0, _healthy("sawtooth-healthy", step, 3 * DAY, rec),
+                {"step": step, "period_h": period / HOUR, "peak": peak / limit})
+
+
+def slow_leak_big_limit(rng: random.Random) -> Draw:
+    """Under 1 % of a 64-96 GiB limit a day with noise, killed after 5-6 days (the replay
+    starts at 94-97 %, without the history before): a ticket days ahead, one page at
+    the end, no page flapping on the noise (at most three pager notifications; a
+    near-limit page before the history shows the growth counts among them)."""
+    step, pod = _step(rng, (90, 120)), "bigleak-0"
+    limit = rng.uniform(64, 96) * GiB
+    rate = rng.uniform(0.004, 0.009) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.0005, 0.0015) * limit)
+    days = rng.uniform(5, 6)
+    base = limit - rate * days * DAY
+
+    def u(t: int) -> float:
+        return base + rate * t + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 9 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("slow-leak-big-limit", step, kill, rec, pod,
+                   page_min=PAGE_MIN_LEAD_S, page_max=SLOW_PAGE_MAX_LEAD_S,
+                   ticket_min=DAY)
+    return Draw("slow-leak-big-limit", 0, case, {"step": step, "pct_day": rate * DAY
+                                                  / limit * 100, "days": days})
+
+
+def jobs_beside_leak(rng: random.Random) -> Draw:
+    """A server leaks to its kill over 3-8 hours; beside it, 6-12 short-lived job pods
+    (3-40 minutes, flat after a short load, some `vllm run-batch` without a listener):
+    only the server pages."""
+    step, pod = _step(rng, (20, 30, 60)), "server-0"
+    limit = rng.uniform(24, 48) * GiB
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    start, length = rng.uniform(2, 4) * HOUR, rng.uniform(3, 8) * HOUR
+
+    def u(t: int) -> float:
+        return limit * (0.5 + 0.5 * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    jobs = rng.randint(6, 12)
+    for i in range(jobs):
+        born = rng.uniform(0, kill - HOUR)
+        life = rng.uniform(3, 40) * MINUTE
+        level = rng.uniform(0.2, 0.8) * 8 * GiB
+        load = rng.uniform(0.5, 3) * MINUTE
+        jpod = f"job-{i}"
+
+        def ju(t: int, born: float = born, life: float = life, level: float = level,
+               load: float = load) -> float | None:
+            if not born <= t < born + life:
+                return None
+            return level * (0.3 + 0.7 * ramp(t, born, born + load))
+
+        _single(rec, jpod, lambda t: 8.0 * GiB, ju)
+        if i % 2 == 0:  # vllm run-batch: a vLLM with no HTTP server
+            rec.put(c.VLLM_UP.name, {"namespace": NS, "pod": jpod, "container": "vllm"},
+                    _zero_while(ju))
+    case = _killed("jobs-beside-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=2 * HOUR)
+    return Draw("jobs-beside-leak", 0, case, {"step": step, "jobs": jobs,
+                                               "ramp_h": length / HOUR})
+
+
+def vllm_without_server(rng: random.Random) -> Draw:
+    """A vLLM that never had a listener (run-batch) beside one whose /metrics stops
+    answering after 1-3 hours: a meta alert for the second only."""
+    step = _step(rng)
+    limit = rng.uniform(16, 48) * GiB
+    level = rng.uniform(0.3, 0.7) * limit
+    broke = int(rng.uniform(1, 3) * HOUR)
+    end = broke + 2 * HOUR
+    rec = Recorder(range(0, end + 1, step), steady())
+    for pod, up in (("batch-0", lambda t: 0.0),
+                    ("served-0", lambda t: 1.0 if t < broke else 0.0)):
+        _single(rec, pod, lambda t: limit, lambda t: level)
+        rec.put(c.VLLM_UP.name, {"namespace": NS, "pod": pod, "container": "vllm"}, up)
+    case = _healthy("vllm-without-server", step, end, rec, expect=frozenset(
+        {_k("HeadroomVLLMScrapeFailing", "warning", "served-0")}))
+    return Draw("vllm-without-server", 0, case, {"step": step, "broke_h": broke / HOUR})
+
+
+def crash_loop(rng: random.Random) -> Draw:
+    """A leak kills the container every 1.5-4 hours and Kubernetes restarts it under the
+    same pod name, 3-5 times: one stream of pages (at most three notifications), every
+    kill reported, the first page ahead of the first kill."""
+    step, pod = _step(rng, (20, 30, 60)), "loop-0"
+    limit = rng.uniform(16, 32) * GiB
+    cycle = rng.uniform(1.5, 4) * HOUR
+    base = rng.uniform(0.4, 0.6)
+    kills = rng.randint(3, 5)
+    warm = 2 * HOUR  # flat before the first cycle
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    gap = 2 * MINUTE
+
+    def phase(t: int) -> tuple[int, float]:
+        n, since = divmod(t - warm, cycle + gap) if t >= warm else (0, -1.0)
+        return int(n), since
+
+    def u(t: int) -> float | None:
+        since = phase(t)[1]
+        if since < 0:
+            return limit * base + noise(t)
+        if since >= cycle:
+            return None  # killed, restarting
+        return limit * (base + (1 - base) * since / cycle * 1.001) + noise(t)
+
+    def oom(t: int) -> float:
+        n, since = phase(t)
+        return float(n) if since < 0 or since < cycle else float(n + 1)
+
+    end = int(warm + kills * (cycle + gap) - gap)
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u, oom_kill=oom)
+    page = _k(FILL, "critical", pod)
+    case = _healthy("crash-loop", step, end, rec,
+                    expect=frozenset({page, (OOM, "warning", pod, "")}),
+                    allow=_pod_alerts(pod), max_episodes=kills + 1)
+    first = int(warm + cycle)
+    return Draw("crash-loop", 0, case, {"step": step, "cycle_h": cycle / HOUR,
+                                         "kills": kills}, first_kill_s=first,
+                first_kill_min_lead_s=PAGE_MIN_LEAD_S if cycle >= 2 * HOUR
+                else FAST_PAGE_MIN_LEAD_S)
+
+
+def ramp_to_kill(rng: random.Random) -> Draw:
+    """A climb from 40-60 % to the limit over 45 minutes to 10 hours after hours of
+    noise, at any scrape interval: >= 15 min ahead on a ramp under two hours, >= 45 min
+    on slower ones, not hours early."""
+    step, pod = _step(rng), "ramp-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    start = rng.uniform(2, 8) * HOUR
+    length = math.exp(rng.uniform(math.log(45 * MINUTE), math.log(10 * HOUR)))
+    base = rng.uniform(0.4, 0.6)
+
+    def u(t: int) -> float:
+        return limit * (base + (1 - base) * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 2 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    slow = length >= 2 * HOUR
+    case = _killed("ramp", step, kill, rec, pod,
+                   page_min=PAGE_MIN_LEAD_S if slow else FAST_PAGE_MIN_LEAD_S,
+                   page_max=int(min(SLOW_PAGE_MAX_LEAD_S, max(HOUR, length / 2)))
+                   if slow else HOUR)
+    return Draw("ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
+
+
+def sidecar_socket_leak(rng: random.Random) -> Draw:
+    """A sidecar (own limit of 1-4 GiB) leaks kernel socket memory to its kill over 3-10
+    hours; its processes stay flat. The sidecar pages, not the vLLM container."""
+    step, pod = _step(rng), "sock-0"
+    vlimit, slimit = rng.uniform(24, 48) * GiB, rng.uniform(1, 4) * GiB
+    start, length = rng.uniform(1, 3) * HOUR, rng.uniform(3, 10) * HOUR
+    noise = Noise(rng.randrange(10**6), 0.002 * slimit)
+
+    def side(t: int) -> float:
+        return slimit * (0.3 + 0.7 * ramp(t, start, start + length)) + noise(t)
+
+    def vllm(t: int) -> float:
+        return 0.6 * vlimit + noise(t, 1) * 4
+
+    kill = first_at_or_above(side, lambda t: slimit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    cgroup(rec, pod, "vllm", lambda t: vlimit, vllm, cache=lambda t: 2 * GiB)
+    cgroup(rec, pod, "proxy", lambda t: slimit, side)
+    cgroup(rec, pod, "", lambda t: vlimit + slimit,
+           lambda t: vllm(t) + side(t) + 16 * MiB, cache=lambda t: 2 * GiB)
+    process(rec, pod, "proxy", "envoy", lambda t: 0.2 * slimit, lambda t: 0.0)
+    w = {"namespace": NS, "pod": pod, "container": "proxy"}
+    rec.put(c.MEMORY_BYTES.name, {**w, "kind": "anon"}, lambda t: 0.2 * slimit)
+    rec.put(c.MEMORY_BYTES.name, {**w, "kind": "sock"}, lambda t: side(t) - 0.2 * slimit)
+    case = _killed("sidecar-socket-leak", step, kill, rec, pod, container="proxy",
+                   page_min=PAGE_MIN_LEAD_S, page_max=min(SLOW_PAGE_MAX_LEAD_S,
+                                                          int(max(HOUR, length / 2))))
+    case = dataclasses.replace(case, allow=case.allow | {
+        (a, "warning", pod, x) for a in (HIDDEN,) for x in ("", "proxy")})
+    return Draw("sidecar-socket-leak", 0, case, {"step": step, "ramp_h": length / HOUR})
+
+
+def two_vllm(rng: random.Random) -> Draw:
+    """Two vLLM containers in one pod, each with its own limit (the pod's is their sum);
+    one leaks to its kill over 3-8 hours: it pages, its twin and the pod level do not."""
+    step, pod = _step(rng), "twin-0"
+    la, lb = rng.uniform(16, 40) * GiB, rng.uniform(16, 40) * GiB
+    start, length = rng.uniform(1, 4) * HOUR, rng.uniform(3, 8) * HOUR
+    noise = Noise(rng.randrange(10**6), 0.002 * la)
+    leaker = rng.choice(("vllm-a", "vllm-b"))
+
+    def grow(t: int) -> float:
+        lim = la if leaker == "vllm-a" else lb
+        return lim * (0.5 + 0.5 * ramp(t, start, start + length)) + noise(t)
+
+    def flat(t: int) -> float:
+        lim = lb if leaker == "vllm-a" else la
+        return lim * rng_flat + noise(t, 1)
+
+    rng_flat = rng.uniform(0.5, 0.85)
+    fa, fb = (grow, flat) if leaker == "vllm-a" else (flat, grow)
+    kill = first_at_or_above(grow, lambda t: la if leaker == "vllm-a" else lb,
+                             range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    cgroup(rec, pod, "vllm-a", lambda t: la, fa, cache=lambda t: GiB)
+    cgroup(rec, pod, "vllm-b", lambda t: lb, fb, cache=lambda t: GiB)
+    cgroup(rec, pod, "", lambda t: la + lb, lambda t: fa(t) + fb(t) + 16 * MiB,
+           cache=lambda t: 2 * GiB)
+    for ctr, fn in (("vllm-a", fa), ("vllm-b", fb)):
+        process(rec, pod, ctr, "EngineCore", _minus(fn, 3 * GiB), lambda t: 2 * GiB)
+    case = _killed("two-vllm", step, kill, rec, pod, container=leaker,
+                   page_min=PAGE_MIN_LEAD_S, page_max=min(SLOW_PAGE_MAX_LEAD_S,
+                                                          int(max(HOUR, length / 2))))
+    case = dataclasses.replace(case, allow=frozenset(
+        k for k in case.allow if k[3] == leaker))
+    return Draw("two-vllm", 0, case, {"step": step, "ramp_h": length / HOUR})
+
+
+def daily_swing(rng: random.Random) -> Draw:
+    """Three days of a healthy daily swing of 10-35 % of the limit with noise: silent."""
+    step, pod = _step(rng, (60, 90, 120)), "swing-0"
+    limit = rng.uniform(16, 64) * GiB
+    amp = rng.uniform(0.10, 0.35)
+    low = rng.uniform(0.3, 0.88 - amp)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    peak_h = rng.uniform(0, 24)
+
+    def u(t: int) -> float:
+        return limit * low + diurnal(t, amp * limit, peak_h) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("daily-swing", 0, _healthy("daily-swing", step, 3 * DAY, rec),
+                {"step": step, "amp": amp, "peak": low + amp})
+
+
+def warm_up(rng: random.Random) -> Draw:
+    """A young pod: no series before it starts, loads its model to 50-85 % in 3-30
+    minutes, then a small daily swing for 2.5 days: silent."""
+    step, pod = _step(rng, (30, 60, 120)), "young-0"
+    limit = rng.uniform(16, 64) * GiB
+    born = int(rng.uniform(0, 2) * HOUR)
+    load = rng.uniform(3, 30) * MINUTE
+    level = rng.uniform(0.5, 0.85)
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+
+    def u(t: int) -> float | None:
+        if t < born:
+            return None
+        return limit * (0.05 + (level - 0.05) * ramp(t, born, born + load)) \
+            + diurnal(t, 0.03 * limit) + noise(t)
+
+    end = int(2.5 * DAY)
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("warm-up", 0, _healthy("warm-up", step, end, rec),
+                {"step": step, "load_min": load / MINUTE, "level": level})
+
+
+def exporter_gaps(rng: random.Random) -> Draw:
+    """A daily-swing leak (3-6 % of the limit a day) killed after 3-4 days while the
+    exporter is unreachable for 2-8 minutes every 1-3 hours and its pod is replaced
+    twice: the ticket and one page, each notified once."""
+    step, pod = _step(rng, (60, 90, 120)), "gaps-0"
+    limit = rng.uniform(16, 48) * GiB
+    rate = rng.uniform(0.03, 0.06) * limit / DAY
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    days = rng.uniform(3, 4)
+    base = limit - rate * days * DAY - 0.02 * limit
+
+    def u(t: int) -> float:
+        return base + rate * t + diurnal(t, 0.02 * limit) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
+    every, length = rng.uniform(1, 3) * HOUR, rng.uniform(2, 8) * MINUTE
+    roll = sorted(rng.uniform(0.5 * DAY, kill - 2 * HOUR) for _ in range(2))
+    scrape: Callable[[int], Scrape] = with_gaps(rollouts([int(r) for r in roll]),
+                                                int(every), int(length))
+    rec = Recorder(range(0, kill + 1, step), scrape)
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("exporter-gaps", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=12 * HOUR)
+    return Draw("exporter-gaps", 0, case, {"step": step, "days": days,
+                                            "gap_min": length / MINUTE})
+
+
+def fast_ramp(rng: random.Random) -> Draw:
+    """60 % to the limit in 15-25 minutes after hours of noise: a page before the kill,
+    not half an hour early."""
+    step, pod = _step(rng, (20, 30, 60)), "fast-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), 0.003 * limit)
+    start, length = rng.uniform(2, 6) * HOUR, rng.uniform(15, 25) * MINUTE
+
+    def u(t: int) -> float:
+        return limit * (0.6 + 0.4 * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("fast-ramp", step, kill, rec, pod, page_min=2 * MINUTE,
+                   page_max=30 * MINUTE)
+    return Draw("fast-ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
+
+
+def nightly_plateau(rng: random.Random) -> Draw:
+    """Every night a batch adds 20-31 % of the limit in 4-8 minutes, holds it 20-45
+    minutes and frees it; three nights, noise: silent."""
+    step, pod = _step(rng, (20, 30, 60)), "batch-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), 0.003 * limit)
+    add, up, hold = rng.uniform(0.2, 0.31), rng.uniform(4, 8) * MINUTE, \
+        rng.uniform(20, 45) * MINUTE
+    base = rng.uniform(0.5, 0.93 - add)
+    at = rng.uniform(0, 22) * HOUR
+
+    def u(t: int) -> float:
+        s = (t - at) % DAY
+        batch = ramp(s, 0, up) - ramp(s, up + hold, up + hold + 3 * MINUTE)
+        return limit * (base + add * batch) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("nightly-plateau", 0, _healthy("nightly-plateau", step, 3 * DAY, rec),
+                {"step": step, "add": add, "up_min": up / MINUTE, "top": base + add})
+
+
+CLASSES: dict[str, Callable[[random.Random], Draw]] = {
+    "limit-raised": limit_raised,
+    "limit-cut": limit_cut,
+    "sawtooth": sawtooth,
+    "sawtooth-healthy": sawtooth_healthy,
+    "slow-leak-big-limit": slow_leak_big_limit,
+    "jobs-beside-leak": jobs_beside_leak,
+    "vllm-without-server": vllm_without_server,
+    "crash-loop": crash_loop,
+    "ramp": ramp_to_kill,
+    "sidecar-socket-leak": sidecar_socket_leak,
+    "two-vllm": two_vllm,
+    "daily-swing": daily_swing,
+    "warm-up": warm_up,
+    "exporter-gaps": exporter_gaps,
+    "fast-ramp": fast_ramp,
+    "nightly-plateau": nightly_plateau,
+}
+
+
+# What each class must show, as the replay tier's test ids say it.
+PROPERTIES: dict[str, str] = {
+    "limit-raised": "page-clears-within-minutes-of-a-raise",
+    "limit-cut": "cut-tickets-and-pages-like-a-leak",
+    "sawtooth": "one-page-when-the-peaks-are-about-to-cross",
+    "sawtooth-healthy": "silent-on-released-teeth",
+    "slow-leak-big-limit": "ticket-days-ahead-one-page-at-the-end",
+    "jobs-beside-leak": "only-the-server-pages",
+    "vllm-without-server": "no-meta-alert-without-a-listener",
+    "crash-loop": "one-stream-of-pages-every-kill-reported",
+    "ramp": "page-45min-ahead-15min-on-a-50min-ramp",
+    "sidecar-socket-leak": "the-sidecar-pages",
+    "two-vllm": "only-the-leaking-container-pages",
+    "daily-swing": "silent",
+    "warm-up": "silent-on-a-young-pod",
+    "exporter-gaps": "gaps-and-rollouts-notify-once",
+    "fast-ramp": "page-before-a-20min-ramp-kills",
+    "nightly-plateau": "silent-on-nightly-batches",
+}
+
+
+def draw(cls: str, seed: int, variant: int = 0) -> Draw:
+    """One draw of a class; the variant (0-2, see VARIANTS) sets the phase."""
+    d = CLASSES[cls](random.Random(f"{cls}/{seed}"))
+    name = f"{cls}-{seed}-{VARIANTS[variant]}"
+    case = dataclasses.replace(d.case, name=name, phase_shifted=variant == 1)
+    return dataclasses.replace(d, seed=seed, case=case)
+
+
+def verdict(d: Draw, stats: dict[Key, Stat]) -> list[str]:
+    """What is wrong with a replay of the draw (empty: every property holds)."""
+    out = evaluate.problems(d.case, stats)
+    # One incident per draw: its pager notifications, over every memory alert of a pod.
+    per_pod: dict[str, int] = {}
+    for (alert, severity, pod, _), st in stats.items():
+        if severity == "critical" and alert.startswith("HeadroomMemory"):
+            per_pod[pod] = per_pod.get(pod, 0) + st.episodes
+    out += [f"{n} pager notifications for {pod} (at most {MAX_NOTIFICATIONS})"
+            for pod, n in sorted(per_pod.items()) if n > MAX_NOTIFICATIONS]
+    if d.first_kill_s is not None:
+        page = next(k for k in d.case.expect if k[0] == FILL)
+        first = stats.get(page)
+        if first is not None and d.first_kill_s - first.first_s < d.first_kill_min_lead_s:
+            out.append(f"first page {evaluate._hm(d.first_kill_s - first.first_s)} before "
+                       f"the first kill (needs {evaluate._hm(d.first_kill_min_lead_s)})")
+    return out
+
+
+__all__ = ["CLASSES", "PROPERTIES", "VARIANTS", "Draw", "draw", "verdict"]
