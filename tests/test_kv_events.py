@@ -467,7 +467,7 @@ async def test_subscriber_history_live_gap_and_garbage(ctx: zmq.asyncio.Context)
     try:
         # blocks cached before the exporter came up: learned by the start-up replay
         await vllm.publish(0, batch(stored(H[:4])))
-        sub = KvEventSubscriber(vllm.endpoint(), ctx=ctx, replay_timeout=1.0)
+        sub = KvEventSubscriber(vllm.endpoint(), replay_timeout=1.0)
         async with running(sub):
             await until(lambda: sub.prefix_cache_blocks() == {("0", "gpu"): 4})
             assert vllm.replays == [0]
@@ -522,7 +522,7 @@ async def test_unreachable_endpoint_is_quiet(ctx: zmq.asyncio.Context) -> None:
     port = s.getsockname()[1]
     s.close()
     ep = KvEventEndpoint(0, f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 0}")
-    sub = KvEventSubscriber(ep, ctx=ctx, replay_timeout=0.3)
+    sub = KvEventSubscriber(ep, replay_timeout=0.3)
     async with running(sub) as task:
         await asyncio.sleep(0.8)
         assert not task.done()  # still waiting (ZMQ reconnects), no exception
@@ -587,7 +587,7 @@ async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Cont
     if not _can_kill_sockets():
         pytest.skip("needs root and ss -K")
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.5, ctx=ctx)
+    hub = KvEventsHub(replay_timeout=0.5)
     key = "http://pod-a:8000/metrics"
     try:
         hub.ensure(key, [vllm.endpoint()])
@@ -621,7 +621,7 @@ async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Cont
 async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
     """While the publisher is gone the count is not exported as if it were current."""
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx, connect_grace=0.0)
+    hub = KvEventsHub(replay_timeout=0.3, connect_grace=0.0)
     key = "k"
     try:
         hub.ensure(key, [vllm.endpoint()])
@@ -644,7 +644,7 @@ async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
 async def test_a_crashed_subscriber_is_restarted_with_its_tracker(
         ctx: zmq.asyncio.Context) -> None:
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx)
+    hub = KvEventsHub(replay_timeout=0.3)
     key = "k"
     try:
         hub.ensure(key, [vllm.endpoint()])
