@@ -20,10 +20,13 @@ from typing import Any
 import msgpack
 import pytest
 
+from exporter.collectors.procfs import ProcfsData
+from exporter.collectors.procfs import VllmServer as ProcVllmServer
 from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm.kv_events import KvBlockTracker, LostReason, decode_batch
 from exporter.collectors.vllm.locate import Candidate
 from exporter.collectors.vllm.source import VllmData, VllmSettings, VllmSource
+from exporter.model import CgroupRef, ProcessStatus
 from exporter.paths import HostPaths
 from exporter.source import Context, Results
 
@@ -279,3 +282,72 @@ async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.Mon
     assert by_pod["good"] == [True]
     assert len(by_pod["hostile"]) <= 4
     assert peak < 24 << 20, f"the scrape held {peak >> 20} MiB for six 8 MiB bodies"
+
+
+# --- R5: the pod's network, never one a process made for itself ----------------------
+
+FIB_TRIE = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- {ip}
+        /32 host LOCAL
+     |-- 127.0.0.1
+        /32 host LOCAL
+"""
+TCP_LISTEN_8000 = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+    "timeout inode\n"
+    "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0"
+    "        0 777001 1 0000000000000000 100 0 0 10 0\n")
+
+
+def fake_process(proc: Path, pid: int, started: int, netns: Path, ip: str) -> None:
+    """/proc/PID as the kernel shows it: its start time, network namespace (a file whose
+    inode stands for the nsfs inode), that namespace's fib_trie."""
+    d = proc / str(pid)
+    (d / "ns").mkdir(parents=True)
+    (d / "net").mkdir()
+    (d / "fd").mkdir()
+    (d / "stat").write_text(f"{pid} (proc x) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 "
+                            f"20 0 1 0 {started} 100000 100\n")
+    (d / "ns" / "net").hardlink_to(netns)
+    (d / "net" / "fib_trie").write_text(FIB_TRIE.format(ip=ip))
+
+
+def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[disc.VllmServer]:
+    """A pod: its sandbox process (oldest, in the pod's namespace, address 10.1.1.1), and
+    a vLLM-shaped API server listening on *:8000, either in the pod's namespace or in one
+    it made itself with the address 10.9.9.9 added there (R5's ``unshare -rn``)."""
+    proc = tmp_path / "proc"
+    ns_dir = tmp_path / "ns"
+    ns_dir.mkdir()
+    for name in ("host", "pod", "private"):
+        (ns_dir / name).write_text(name)
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "net").hardlink_to(ns_dir / "host")
+    fake_process(proc, 10, 1000, ns_dir / "pod", "10.1.1.1")
+    server_ns = ns_dir / ("private" if own_netns else "pod")
+    fake_process(proc, 20, 5000, server_ns, "10.9.9.9" if own_netns else "10.1.1.1")
+    (proc / "20" / "fd" / "3").symlink_to("socket:[777001]")
+    (proc / "20" / "net" / "tcp").write_text(TCP_LISTEN_8000)
+    cgroup = "kubepods/podu1/c1"
+    refs = (CgroupRef("kubepods/podu1/c0", "u1", "c0"), CgroupRef(cgroup, "u1", "c1"))
+    status = {"kubepods/podu1/c0": (ProcessStatus(10, "pause", 0, 0, 0, 0),),
+              cgroup: (ProcessStatus(20, "APIServer", 0, 0, 0, 0),)}
+    data = ProcfsData({}, status, vllm_servers={cgroup: (ProcVllmServer(20, (), ()),)})
+    servers, problems = disc.find_servers(refs, data, None, HostPaths(procfs=proc))
+    assert problems == []
+    return servers
+
+
+def test_r5_no_address_from_a_namespace_the_process_made(tmp_path: Path) -> None:
+    """The API server sits in a network namespace of its own with 10.9.9.9 added there:
+    the exporter never connects to 10.9.9.9 (it sent GET /metrics to whatever served that
+    address on the node)."""
+    (s,) = pod_with_server(tmp_path, own_netns=True)
+    assert [c.host for c in s.candidates] == []
+
+
+def test_r5_the_pod_sandbox_address_is_used(tmp_path: Path) -> None:
+    """In the pod's own namespace, without the API: the address is the sandbox's."""
+    (s,) = pod_with_server(tmp_path, own_netns=False)
+    assert [c.hostport for c in s.candidates] == ["10.1.1.1:8000"]
