@@ -210,6 +210,15 @@ class KvBlockTracker:
         assert msg.seq is not None
         return self.apply_batch(msg.seq, msg.batch, replay=replay)
 
+    def skip(self, seq: int | None) -> None:
+        """A message dropped unread at the publisher's rate budget: counted as overflow;
+        the sequence moves on (no gap, no replay storm) and what it held is unknown."""
+        self.stats.overflow_events += 1
+        if seq is not None and not self._holding and (
+                self.last_seq is None or seq == self.last_seq + 1):
+            self.last_seq = seq
+            self._lose("KV events beyond the publisher's rate budget were dropped")
+
     def restarted(self, seq: int, batch: KvEventBatch) -> bool:
         """Is this the batch of a publisher that started over? Ours had ``last_ts`` at
         ``last_seq``; the same publisher sends that sequence number with that ts again."""

@@ -39,6 +39,39 @@ RECV_QUEUE = 2
 _DECODER = ThreadPoolExecutor(1, thread_name_prefix="kv-decode")
 
 
+# CPU a publisher can make us spend: what it sends is decoded at most at this rate
+# (bytes per second, with a burst of one largest message); a real vLLM step sends a few
+# KiB, a long prefill a few hundred: past this the count is unknown, never wrong.
+RATE_BYTES_PER_S = 256 << 10
+RATE_BURST_BYTES = 2 << 20
+
+
+@dataclass
+class TokenBucket:
+    rate: float
+    burst: float
+    tokens: float = 0.0
+    stamp: float | None = None
+
+    def take(self, n: int, now: float) -> bool:
+        if self.stamp is None:
+            self.tokens = self.burst
+        else:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if n > self.tokens:
+            return False
+        self.tokens -= n
+        return True
+
+
+def sequence_of(frames: Sequence[bytes]) -> int | None:
+    """The sequence number of a SUB message, without decoding it."""
+    if len(frames) == 3 and len(frames[1]) == 8:
+        return int.from_bytes(frames[1], "big", signed=True)
+    return None
+
+
 async def decode(frames: list[bytes], *, replay: bool = False) -> Message:
     """``read_message`` in the decoder thread: the loop keeps serving meanwhile."""
     loop = asyncio.get_running_loop()
@@ -95,6 +128,8 @@ class KvEventSubscriber:
     connected: bool = False
     ever_connected: bool = False
     limits: Limits = LIMITS
+    rate: TokenBucket = field(
+        default_factory=lambda: TokenBucket(RATE_BYTES_PER_S, RATE_BURST_BYTES))
 
     def __post_init__(self) -> None:
         if self.tracker.default_engine == "0":
@@ -135,7 +170,15 @@ class KvEventSubscriber:
                 link.close()
             await asyncio.sleep(backoff)
 
+    def _within_rate(self, frames: list[bytes]) -> bool:
+        if self.rate.take(sum(map(len, frames)), asyncio.get_running_loop().time()):
+            return True
+        self.tracker.skip(sequence_of(frames))
+        return False
+
     async def _on_message(self, link: _Link, frames: list[bytes]) -> None:
+        if not self._within_rate(frames):
+            return
         outcome = self.tracker.apply_message(await decode(frames))
         if outcome is Outcome.GAP:
             if self.source.replay_endpoint:
@@ -207,7 +250,8 @@ class KvEventSubscriber:
                                              return_when=asyncio.FIRST_COMPLETED)
                 if live in done:
                     frames, live = live.result(), None
-                    self.tracker.apply_message(await decode(frames))  # held
+                    if self._within_rate(frames):
+                        self.tracker.apply_message(await decode(frames))  # held
                 if reply in done:
                     try:
                         frames = reply.result()
