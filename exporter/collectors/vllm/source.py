@@ -219,6 +219,9 @@ class VllmSource(SourceBase):
         except vm.VllmScrapeError:
             held.release()
             return Probe.FAILED, "", held
+        except BaseException:  # cancelled: another port won
+            held.release()
+            raise
         if not looks_like_vllm(text):
             held.release()
             return Probe.NOT_VLLM, "", held
