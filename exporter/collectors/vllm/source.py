@@ -35,7 +35,9 @@ class VllmSettings(Settings):
         "--vllm.endpoint", str,
         "a vLLM /metrics URL to scrape in addition to the discovered ones (repeatable)")
     timeout: float = setting("--vllm.timeout", "2s", parse_duration,
-                             "time limit of one vLLM /metrics read", check=positive)
+                             "deadline of all vLLM /metrics reads and probes of one "
+                             "scrape, run at once (keep it below --collector.timeout)",
+                             check=positive)
     max_body_bytes: int = setting("--vllm.max-body-bytes", "8MiB", parse_size,
                                   "largest vLLM /metrics body read; also what the reads of "
                                   "one pod may hold at once")
