@@ -44,7 +44,10 @@ headroom generate --check
 
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
 HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
-    python3 -m pytest -q -m "not vllm and not v2guest and not replay"
+    python3 -m pytest -q -m "not vllm and not v2guest and not replay and not sandbox"
+
+echo "== black box: hostile vLLM pods against headroom serve in a PID + network sandbox"
+HEADROOM_REQUIRE_SANDBOX=1 python3 -m pytest -q -rA -m sandbox
 
 echo "== alert scenarios replayed through promtool (days of series each; two at a time)"
 python3 -m pytest -q -p no:benchmark -n 2 -m replay

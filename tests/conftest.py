@@ -31,7 +31,7 @@ GOLDEN = Path(__file__).parent / "golden"
 # need them; the rest by file, here, so `pytest -m "unit or golden"` runs anywhere.
 GOLDEN_MODULES = {"test_golden.py", "test_extensions.py"}
 CHART_MODULES = {"test_chart.py"}
-NEEDS_MORE = ("kernel", "prometheus", "vllm", "v2guest", "fuzz")
+NEEDS_MORE = ("kernel", "prometheus", "vllm", "v2guest", "fuzz", "sandbox")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -400,11 +400,16 @@ def test_exactness(steps: list[Step], exact: dict[tuple[str, str], bool],
 class FakeVllm:
     """vLLM's publisher side: PUB on one port, ROUTER (replay) on another, 10-batch buffer."""
 
-    def __init__(self, ctx: zmq.asyncio.Context) -> None:
+    def __init__(self, ctx: zmq.asyncio.Context, ports: tuple[int, int] | None = None) -> None:
         self.pub = ctx.socket(zmq.PUB)
         self.router = ctx.socket(zmq.ROUTER)
-        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
-        self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        if ports is None:
+            self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        else:  # a restarted vLLM: the same ports again
+            self.pub_port, self.replay_port = ports
+            self.pub.bind(f"tcp://127.0.0.1:{self.pub_port}")
+            self.router.bind(f"tcp://127.0.0.1:{self.replay_port}")
         self.buffer: list[tuple[int, bytes]] = []
         self.replays: list[int] = []
         self._task = asyncio.create_task(self._serve_replay())
@@ -467,7 +472,7 @@ async def test_subscriber_history_live_gap_and_garbage(ctx: zmq.asyncio.Context)
     try:
         # blocks cached before the exporter came up: learned by the start-up replay
         await vllm.publish(0, batch(stored(H[:4])))
-        sub = KvEventSubscriber(vllm.endpoint(), ctx=ctx, replay_timeout=1.0)
+        sub = KvEventSubscriber(vllm.endpoint(), replay_timeout=1.0)
         async with running(sub):
             await until(lambda: sub.prefix_cache_blocks() == {("0", "gpu"): 4})
             assert vllm.replays == [0]
@@ -522,7 +527,7 @@ async def test_unreachable_endpoint_is_quiet(ctx: zmq.asyncio.Context) -> None:
     port = s.getsockname()[1]
     s.close()
     ep = KvEventEndpoint(0, f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 0}")
-    sub = KvEventSubscriber(ep, ctx=ctx, replay_timeout=0.3)
+    sub = KvEventSubscriber(ep, replay_timeout=0.3)
     async with running(sub) as task:
         await asyncio.sleep(0.8)
         assert not task.done()  # still waiting (ZMQ reconnects), no exception
@@ -587,7 +592,7 @@ async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Cont
     if not _can_kill_sockets():
         pytest.skip("needs root and ss -K")
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.5, ctx=ctx)
+    hub = KvEventsHub(replay_timeout=0.5)
     key = "http://pod-a:8000/metrics"
     try:
         hub.ensure(key, [vllm.endpoint()])
@@ -621,7 +626,7 @@ async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Cont
 async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
     """While the publisher is gone the count is not exported as if it were current."""
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx, connect_grace=0.0)
+    hub = KvEventsHub(replay_timeout=0.3, connect_grace=0.0)
     key = "k"
     try:
         hub.ensure(key, [vllm.endpoint()])
@@ -644,7 +649,7 @@ async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
 async def test_a_crashed_subscriber_is_restarted_with_its_tracker(
         ctx: zmq.asyncio.Context) -> None:
     vllm = FakeVllm(ctx)
-    hub = KvEventsHub(replay_timeout=0.3, ctx=ctx)
+    hub = KvEventsHub(replay_timeout=0.3)
     key = "k"
     try:
         hub.ensure(key, [vllm.endpoint()])
@@ -673,3 +678,32 @@ async def test_a_crashed_subscriber_is_restarted_with_its_tracker(
     finally:
         await hub.close()
         vllm.close()
+
+
+async def test_a_restarted_publisher_s_first_batches_come_by_replay(
+        ctx: zmq.asyncio.Context) -> None:
+    """vLLM restarts on the same ports; its sequence starts over at 0 and its first batch
+    goes out before the subscriber is back (PUB sends nothing to a SUB not yet joined,
+    and the reconnect backoff reaches seconds). The subscriber must still find it, through
+    the replay socket, instead of keeping the old engine's count until a later batch
+    happens to go backwards (the real-vLLM tier timed out on that)."""
+    vllm = FakeVllm(ctx)
+    sub = KvEventSubscriber(vllm.endpoint(), replay_timeout=0.5)
+    async with running(sub):
+        await until(lambda: sub.connected)
+        for seq in range(6):
+            await vllm.publish(seq, batch(stored(H[seq:seq + 1]), ts=100.0 + seq))
+        await until(lambda: sub.tracker.last_seq == 5)
+        assert blocks(sub.tracker) == {("0", "gpu"): 6}
+        ports = (vllm.pub_port, vllm.replay_port)
+        vllm.close()
+        await until(lambda: not sub.connected)
+        restarted = FakeVllm(ctx, ports)
+        try:
+            # the new engine's first batch, published while nobody is connected
+            await restarted.publish(0, batch(stored(H[40:42]), ts=200.0), drop=True)
+            await until(lambda: sub.tracker.stats.resets >= 1, timeout=20)
+            await until(lambda: blocks(sub.tracker) == {("0", "gpu"): 2}, timeout=20)
+            assert sub.tracker.last_seq == 0 and sub.tracker.stats.garbage == 0
+        finally:
+            restarted.close()

@@ -33,6 +33,7 @@ from exporter.model import CgroupRef, PodDirectory, PodInfo
 from exporter.paths import HostPaths, read_text
 
 ANNOTATION_PATH = "prometheus.io/path"
+MAX_CANDIDATES = 64  # listening ports of one API server kept as candidates (the likeliest)
 ANNOTATION_SCHEME = "prometheus.io/scheme"
 
 
@@ -213,6 +214,7 @@ class VllmServer:
     ports: frozenset[int]  # every port its API server and engine cores listen on
     argv: tuple[str, ...] = ()
     engines: tuple[int, ...] = ()
+    pod: str = ""  # the pod UID (else the cgroup): the unit of the per-pod budgets
 
     def target(self, c: Candidate) -> VllmTarget:
         return VllmTarget(self.cgroup, f"{self.scheme}://{c.hostport}{self.path}", c.host,
@@ -220,9 +222,10 @@ class VllmServer:
 
 
 def pod_ip_from_fib_trie(text: str) -> str | None:
-    """The pod's own IPv4 address from /proc/PID/net/fib_trie (its network namespace):
-    the first ``/32 host LOCAL`` entry that is not loopback. Used when the Kubernetes API
-    is not available to give the pod IP."""
+    """The pod's own IPv4 address from /proc/PID/net/fib_trie of a process in the pod's
+    network namespace (its sandbox's: see ``pod_network``): the first ``/32 host LOCAL``
+    entry that is not loopback. Used when the Kubernetes API is not available to give
+    the pod IP."""
     last = ""
     for line in text.splitlines():
         stripped = line.strip()
@@ -231,6 +234,43 @@ def pod_ip_from_fib_trie(text: str) -> str | None:
         elif stripped == "/32 host LOCAL" and last and not last.startswith("127."):
             return last
     return None
+
+
+MAX_POD_PROCESSES = 512  # processes of one pod looked at to find its sandbox
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """The network namespace the kubelet made for a pod (its sandbox), and a process in
+    it whose /proc/PID/net shows it."""
+
+    netns: int
+    pid: int
+
+
+def start_time(stat: str) -> int:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot); the command
+    name (field 2) may hold spaces and parentheses, so fields are counted after its
+    last ')'."""
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def pod_network(pids: Sequence[int], paths: HostPaths) -> PodNetwork | None:
+    """The pod's own network namespace: that of its oldest process. The sandbox (pause)
+    process starts first and every container joins its namespace; a namespace that a
+    process makes for itself later (``unshare -rn``) is younger than that. A process of
+    the pod cannot change its start time nor move into another pod's cgroup."""
+    procfs_dir = str(paths.procfs)
+    best: tuple[int, int, int] | None = None  # (start time, pid, netns)
+    for pid in sorted(pids)[:MAX_POD_PROCESSES]:
+        try:
+            started = start_time(read_text(paths.proc_file(pid, "stat")))
+        except (OSError, ValueError, IndexError):
+            continue
+        ns = netns(procfs_dir, pid)
+        if ns is not None and (best is None or (started, pid) < best[:2]):
+            best = (started, pid, ns)
+    return PodNetwork(best[2], best[1]) if best else None
 
 
 def _path_and_scheme(annotations: Mapping[str, str]) -> tuple[str, str]:
@@ -243,9 +283,16 @@ def _path_and_scheme(annotations: Mapping[str, str]) -> tuple[str, str]:
 
 def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
                   paths: HostPaths, own_netns: int | None,
-                  argv: Sequence[str] = ()) -> VllmServer:
+                  argv: Sequence[str] = (), pod: str = "",
+                  pod_net: PodNetwork | None = None) -> VllmServer:
     """Where API server ``srv`` listens, as reachable addresses. Raises OSError when its
-    descriptors cannot be read (it exited, or no rights on /proc/PID/fd)."""
+    descriptors cannot be read (it exited, or no rights on /proc/PID/fd).
+
+    Reachable only in our own network namespace or in the pod's (``pod_net``): an API
+    server in a namespace of its own (R5: ``unshare -rn`` + ``ip addr add``) gets no
+    candidates, since any address it shows there is its choice, not the pod's. The pod's
+    address is the API's pod IP, else the one in the pod's namespace's fib_trie, never
+    the server's own."""
     procfs_dir = str(paths.procfs)
     listeners = read_listeners(procfs_dir, srv.pid)
     ports = {s.port for s in listeners}
@@ -254,20 +301,25 @@ def locate_server(cgroup: str, srv: procfs.VllmServer, pod_info: PodInfo | None,
             ports |= {s.port for s in read_listeners(procfs_dir, core)}
     ns = netns(procfs_dir, srv.pid)
     same = ns is not None and ns == own_netns
+    in_pod_netns = pod_net is not None and ns == pod_net.netns
     pod_ips: list[str] = []
     annotations: Mapping[str, str] = {}
     if pod_info is not None:
         annotations = pod_info.annotations
         pod_ips = [pod_info.pod_ip]
-    if not same and not any(pod_ips):
+    if not same and not any(pod_ips) and pod_net is not None and in_pod_netns:
         with contextlib.suppress(OSError):
-            ip = pod_ip_from_fib_trie(read_text(paths.proc_file(srv.pid, "net/fib_trie")))
+            ip = pod_ip_from_fib_trie(read_text(paths.proc_file(pod_net.pid, "net/fib_trie")))
             pod_ips = [ip] if ip else []
     path, scheme = _path_and_scheme(annotations)
-    found = candidates(listeners, same_netns=same, pod_ips=pod_ips,
-                       preferred=annotation_ports(annotations))
+    # the pod's namespace when it is known; else only the pod IP the API gives
+    reachable = same or (in_pod_netns if pod_net is not None else any(pod_ips))
+    found: list[Candidate] = []
+    if reachable:
+        found = candidates(listeners, same_netns=same, pod_ips=pod_ips,
+                           preferred=annotation_ports(annotations))[:MAX_CANDIDATES]
     return VllmServer(cgroup, srv.pid, tuple(found), path, scheme, frozenset(ports),
-                      tuple(argv), srv.engines)
+                      tuple(argv), srv.engines, pod or cgroup)
 
 
 def find_servers(
@@ -284,15 +336,24 @@ def find_servers(
         return servers, problems
     by_path = {r.path: r for r in refs}
     own = netns(str(paths.procfs), "self")
+    pod_pids: dict[str, list[int]] = {}
+    for r in refs:
+        pod_pids.setdefault(r.pod_uid or r.path, []).extend(
+            p.pid for p in procfs_data.processes.get(r.path, ()))
+    networks: dict[str, PodNetwork | None] = {}
     for path, found in sorted(procfs_data.vllm_servers.items()):
         ref = by_path.get(path)
         if ref is None:
             continue
         info = pods.lookup(ref.pod_uid) if pods is not None and ref.pod_uid else None
+        pod = ref.pod_uid or path
+        if pod not in networks:
+            networks[pod] = pod_network(pod_pids.get(pod, ()), paths)
         for srv in found:
             try:
                 servers.append(locate_server(path, srv, info, paths, own,
-                                             procfs_data.vllm_argv.get(path, ())))
+                                             procfs_data.vllm_argv.get(path, ()),
+                                             pod, networks[pod]))
             except OSError as exc:
                 problems.append(f"{path}: vLLM API server {srv.pid}: cannot read its "
                                 f"sockets: {exc.strerror or exc}")

@@ -31,13 +31,16 @@ from exporter.collectors.vllm.kv_wire import (
 __all__ = [
     "DEFAULT_MAX_BLOCKS", "DEFAULT_MAX_HELD", "END_SEQ", "AllBlocksCleared", "BlockRemoved",
     "BlockStored", "KvBlockTracker", "KvEventBatch", "KvEventDecodeError", "LostReason",
-    "MediumKey", "Outcome", "TrackerStats", "decode_batch", "is_replay_end", "replay_frames",
+    "MediumKey", "Message", "Outcome", "TrackerStats", "decode_batch", "is_replay_end",
+    "read_message", "replay_frames",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BLOCKS = 1_000_000  # per tracker (one publisher = one engine); ~70 MB of ints
+DEFAULT_MAX_BLOCKS = 262_144  # per tracker (one publisher = one engine); ~18 MB of ints
 DEFAULT_MAX_HELD = 10_000  # live batches held while a replay fills a gap
+DEFAULT_MAX_HELD_COST = 262_144  # events + hashes of the held batches (~10 MB decoded)
+DEFAULT_MAX_GROUPS = 16  # KV cache groups per (engine, medium): hybrid models have a few
 
 
 # --- the state machine -----------------------------------------------------------------
@@ -83,8 +86,30 @@ class TrackerStats:
         }
 
 
-GroupKey = tuple[str, str, int | None]  # (engine, medium, group)
 MediumKey = tuple[str, str]  # (engine, medium)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message read off the wire: its sequence number and batch, or why not."""
+
+    seq: int | None  # None: the frames are not [topic, seq, payload]
+    batch: KvEventBatch | None  # None: garbage (``error`` says why)
+    error: str = ""
+
+
+def read_message(frames: Sequence[bytes], *, replay: bool = False) -> Message:
+    """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``),
+    decoded. Pure and thread-safe: the subscriber runs it off the event loop."""
+    if replay:
+        frames = replay_frames(frames) or [b"", b"", b""]
+    if len(frames) != 3 or len(frames[1]) != 8:
+        return Message(None, None, f"{len(frames)} frames")
+    seq = int.from_bytes(frames[1], "big", signed=True)
+    try:
+        return Message(seq, decode_batch(frames[2]))
+    except KvEventDecodeError as exc:
+        return Message(seq, None, str(exc))
 
 
 @dataclass
@@ -108,14 +133,20 @@ class KvBlockTracker:
     default_engine: str = "0"
     max_blocks: int = DEFAULT_MAX_BLOCKS
     max_held: int = DEFAULT_MAX_HELD
+    max_held_cost: int = DEFAULT_MAX_HELD_COST
     max_media: int = 4
     max_engines: int = 8
+    max_groups: int = DEFAULT_MAX_GROUPS
     stats: TrackerStats = field(default_factory=TrackerStats)
     last_seq: int | None = None
-    _blocks: dict[GroupKey, set[int]] = field(default_factory=dict)
+    last_ts: float | None = None  # ts of batch ``last_seq``: tells a restarted publisher
+    # (engine, medium) -> group -> live hashes; every lookup is O(1) in the number of keys
+    _blocks: dict[MediumKey, dict[int | None, set[int]]] = field(default_factory=dict)
+    _media_of: dict[str, int] = field(default_factory=dict)  # engine -> media it has
     _total: int = 0
     _holding: bool = False
     _held: list[tuple[int, KvEventBatch]] = field(default_factory=list)
+    _held_cost: int = 0
     _overflow_logged: bool = False
     _unsure: bool = False  # a loss of unknown scope since the engine's sequence 0
     _cleared: set[MediumKey] = field(default_factory=set)  # cleared since that loss
@@ -125,16 +156,12 @@ class KvBlockTracker:
     def prefix_cache_blocks(self, *, exact_only: bool = False) -> dict[MediumKey, int]:
         """(engine, medium) -> live blocks, summed over KV cache groups; with
         ``exact_only`` only the counts known to be exact."""
-        out: dict[MediumKey, int] = {}
-        for (engine, medium, _), hashes in self._blocks.items():
-            if exact_only and not self.exact(engine, medium):
-                continue
-            out[(engine, medium)] = out.get((engine, medium), 0) + len(hashes)
-        return out
+        return {key: sum(map(len, groups.values())) for key, groups in self._blocks.items()
+                if not exact_only or self.exact(*key)}
 
     def media(self) -> list[MediumKey]:
         """Every (engine, medium) seen since the engine's sequence 0, sorted."""
-        return sorted({(e, m) for e, m, _ in self._blocks})
+        return sorted(self._blocks)
 
     def exact(self, engine: str, medium: str) -> bool:
         key = (engine, medium)
@@ -153,7 +180,7 @@ class KvBlockTracker:
         """Cap from what vLLM says it can hold (all media). Twice that: vLLM 0.3x can give
         a block a partial-prefix entry besides its full one; more than that is not a
         vLLM we understand."""
-        self.max_blocks = max(2 * blocks + 64, 64)
+        self.max_blocks = min(max(2 * blocks + 64, 64), DEFAULT_MAX_BLOCKS)
 
     # -- feeding --
     def begin_replay(self) -> None:
@@ -167,18 +194,38 @@ class KvBlockTracker:
 
     def apply_frames(self, frames: Sequence[bytes], *, replay: bool = False) -> Outcome:
         """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``)."""
-        if replay:
-            frames = replay_frames(frames) or [b"", b"", b""]
-        if len(frames) != 3 or len(frames[1]) != 8:
-            return self._garbage(f"{len(frames)} frames", None, replay)
-        seq = int.from_bytes(frames[1], "big", signed=True)
-        return self.apply(seq, frames[2], replay=replay)
+        return self.apply_message(read_message(frames, replay=replay), replay=replay)
 
     def apply(self, seq: int, payload: bytes, *, replay: bool = False) -> Outcome:
         try:
             batch = decode_batch(payload)
         except KvEventDecodeError as exc:
             return self._garbage(str(exc), seq, replay)
+        return self.apply_batch(seq, batch, replay=replay)
+
+    def apply_message(self, msg: Message, *, replay: bool = False) -> Outcome:
+        """A message ``read_message`` decoded: O(its events + hashes), both bounded."""
+        if msg.batch is None:
+            return self._garbage(msg.error, msg.seq, replay)
+        assert msg.seq is not None
+        return self.apply_batch(msg.seq, msg.batch, replay=replay)
+
+    def skip(self, seq: int | None) -> None:
+        """A message dropped unread at the publisher's rate budget: counted as overflow;
+        the sequence moves on (no gap, no replay storm) and what it held is unknown."""
+        self.stats.overflow_events += 1
+        if seq is not None and not self._holding and (
+                self.last_seq is None or seq == self.last_seq + 1):
+            self.last_seq = seq
+            self._lose("KV events beyond the publisher's rate budget were dropped")
+
+    def restarted(self, seq: int, batch: KvEventBatch) -> bool:
+        """Is this the batch of a publisher that started over? Ours had ``last_ts`` at
+        ``last_seq``; the same publisher sends that sequence number with that ts again."""
+        return (self.last_seq is not None and seq <= self.last_seq
+                and not (seq == self.last_seq and batch.ts == self.last_ts))
+
+    def apply_batch(self, seq: int, batch: KvEventBatch, *, replay: bool = False) -> Outcome:
         if replay:
             return self._apply_replayed(seq, batch)
         if self._holding:
@@ -187,6 +234,9 @@ class KvBlockTracker:
         if self.last_seq is None or seq == self.last_seq + 1:
             self._commit(seq, batch)
             return Outcome.APPLIED
+        if seq <= self.last_seq and not self.restarted(seq, batch):
+            self.stats.duplicates += 1
+            return Outcome.DUPLICATE
         if seq <= self.last_seq:
             log.info("KV events: sequence went back from %d to %d: engine restarted, "
                      "starting over", self.last_seq, seq)
@@ -203,18 +253,32 @@ class KvBlockTracker:
         """The replay ended (or timed out, or there is none): apply what was held, in order."""
         self._holding = False
         held, self._held = sorted(self._held, key=lambda x: x[0]), []
+        self._held_cost = 0
         for seq, batch in held:
             if self.last_seq is not None and seq <= self.last_seq:
                 self.stats.duplicates += 1
                 continue
             self._commit(seq, batch)
 
+    def start_over(self) -> None:
+        """The publisher restarted (found during a replay): forget its old state, keep
+        holding the live batches of the new one."""
+        held, holding = list(self._held), self._holding
+        self.clear()
+        self.stats.resets += 1
+        self._holding = holding
+        for seq, batch in held:
+            self._hold(seq, batch)
+
     def clear(self) -> None:
         """Forget everything: a new engine (its sequence starts over), all counts exact."""
         self._blocks.clear()
+        self._media_of.clear()
         self._total = 0
         self._held.clear()
+        self._held_cost = 0
         self.last_seq = None
+        self.last_ts = None
         self._unsure = False
         self._cleared.clear()
         self._unsure_keys.clear()
@@ -228,10 +292,13 @@ class KvBlockTracker:
         return Outcome.APPLIED
 
     def _hold(self, seq: int, batch: KvEventBatch) -> None:
-        if len(self._held) >= self.max_held:
-            # dropped: a gap when the held batches are applied, unless the replay has it
-            self._held.pop(0)
+        # bounded in batches and in what they hold: the oldest are dropped (a gap when
+        # the held batches are applied, unless the replay has them)
+        while self._held and (len(self._held) >= self.max_held
+                              or self._held_cost + batch.cost > self.max_held_cost):
+            self._held_cost -= self._held.pop(0)[1].cost
         self._held.append((seq, batch))
+        self._held_cost += batch.cost
 
     def _lose(self, why: str) -> None:
         """A batch of unknown content is gone: every count is unknown from here on."""
@@ -263,62 +330,77 @@ class KvBlockTracker:
                        if self.last_seq is not None else
                        f"history before batch {seq} is no longer available")
         self.last_seq = seq
+        self.last_ts = batch.ts
         self.stats.batches += 1
         engine = str(batch.dp_rank) if batch.dp_rank is not None else self.default_engine
+        if batch.dropped:
+            self.stats.overflow_events += batch.dropped
+            self._lose(f"batch {seq} had more than {len(batch.events)} events or hashes")
         for ev in batch.events:
             if isinstance(ev, AllBlocksCleared):
                 # The sets are emptied, not dropped: the count reads 0 (absent would mean
                 # that events are off, and a vanished series freezes dashboards).
-                for key in [k for k in self._blocks if k[:2] == (engine, ev.medium)]:
-                    self._total -= len(self._blocks[key])
-                    self._blocks[key].clear()
-                if (engine, ev.medium) in self._known_media() or self._room(engine, ev.medium):
-                    self._cleared.add((engine, ev.medium))
-                    self._unsure_keys.discard((engine, ev.medium))
+                key = (engine, ev.medium)
+                for group in self._blocks.get(key, {}).values():
+                    self._total -= len(group)
+                    group.clear()
+                if key in self._blocks or self._room(engine):
+                    self._cleared.add(key)
+                    self._unsure_keys.discard(key)
             elif isinstance(ev, BlockStored):
-                live = self._set(engine, ev.medium, ev.group)
-                if live is None:
+                target = self._set(engine, ev.medium, ev.group)
+                if target is None:
                     self.stats.overflow_events += 1
                 else:
-                    self._store(live, ev, (engine, ev.medium))
+                    self._store(target, ev, (engine, ev.medium))
             else:
-                live = self._blocks.get((engine, ev.medium, ev.group))
-                if live:
-                    before = len(live)
-                    live.difference_update(ev.hashes)
-                    self._total -= before - len(live)
+                found = self._blocks.get((engine, ev.medium), {}).get(ev.group)
+                if found:
+                    before = len(found)
+                    found.difference_update(ev.hashes)
+                    self._total -= before - len(found)
 
-    def _known_media(self) -> set[MediumKey]:
-        return {(e, m) for e, m, _ in self._blocks}
-
-    def _room(self, engine: str, medium: str) -> bool:
-        """May (engine, medium) get its own series? Bounded per publisher."""
-        known = self._known_media()
-        engines = {e for e, _ in known}
-        if engine not in engines and len(engines) >= self.max_engines:
-            return False
-        return sum(1 for e, _ in known if e == engine) < self.max_media
+    def _room(self, engine: str) -> bool:
+        """May ``engine`` get one more (engine, medium) series? Bounded per publisher."""
+        if engine not in self._media_of:
+            return len(self._media_of) < self.max_engines
+        return self._media_of[engine] < self.max_media
 
     def _set(self, engine: str, medium: str, group: int | None) -> set[int] | None:
-        key = (engine, medium, group)
-        live = self._blocks.get(key)
-        if live is None:
-            if (engine, medium) not in self._known_media() and not self._room(engine, medium):
+        """The live set of (engine, medium, group); None past the bounds on media, engines
+        and groups (the store is counted as overflow, that count is unknown from then)."""
+        key = (engine, medium)
+        groups = self._blocks.get(key)
+        if groups is None:
+            if not self._room(engine):
                 return None
-            live = self._blocks[key] = set()
+            groups = self._blocks[key] = {}
+            self._media_of[engine] = self._media_of.get(engine, 0) + 1
+        live = groups.get(group)
+        if live is None:
+            if len(groups) >= self.max_groups:
+                self._unsure_keys.add(key)
+                return None
+            live = groups[group] = set()
         return live
 
     def _store(self, live: set[int], ev: BlockStored, key: MediumKey) -> None:
+        room = self.max_blocks - self._total
+        before = len(live)
+        if len(ev.hashes) <= room:
+            live.update(ev.hashes)
+            self._total += len(live) - before
+            return
         for h in ev.hashes:
-            if h in live:
-                continue
-            if self._total >= self.max_blocks:
-                self.stats.overflow_blocks += 1
-                self._unsure_keys.add(key)
-                if not self._overflow_logged:
-                    log.warning("KV events: more than %d live blocks; dropping new ones (the "
-                                "count is unknown from now on)", self.max_blocks)
-                    self._overflow_logged = True
-                continue
+            if len(live) - before >= room:
+                break
             live.add(h)
-            self._total += 1
+        self._total += len(live) - before
+        dropped = sum(1 for h in ev.hashes if h not in live)
+        if dropped:
+            self.stats.overflow_blocks += dropped
+            self._unsure_keys.add(key)
+            if not self._overflow_logged:
+                log.warning("KV events: more than %d live blocks; dropping new ones (the "
+                            "count is unknown from now on)", self.max_blocks)
+                self._overflow_logged = True

@@ -8,45 +8,128 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
-import zmq
-import zmq.asyncio
-import zmq.utils.monitor
 
 from exporter.collectors.vllm.discovery import KvEventEndpoint
 from exporter.collectors.vllm.kv_events import (
     KvBlockTracker,
     LostReason,
     MediumKey,
+    Message,
     Outcome,
     is_replay_end,
+    read_message,
 )
+from exporter.collectors.vllm.zmtp import Limits, ZmtpConnection, ZmtpError, ZmtpLimitError
 
 log = logging.getLogger("exporter.collectors.vllm.kv_events")
 
 
 CONNECT_GRACE = 10.0  # seconds a subscriber may take to connect before it is reported
+CONNECT_TIMEOUT = 2.0  # TCP connect + ZMTP handshake
+RECONNECT_MIN, RECONNECT_MAX = 0.1, 5.0  # a vLLM down for long: not a storm
+RECONNECT_HOSTILE = 30.0  # after a peer broke the protocol or the limits
+LIMITS = Limits()
+# Messages read ahead of the tracker, per connection: with LIMITS.max_message bytes each,
+# the receive queue holds at most RECV_QUEUE x 2 MiB (then TCP pushes back on the peer).
+RECV_QUEUE = 2
+# One decoder thread for every subscriber: msgpack decoding never runs on the event loop,
+# and at most one message is being decoded at a time (its objects are the peak memory).
+_DECODER = ThreadPoolExecutor(1, thread_name_prefix="kv-decode")
+
+
+# CPU a publisher can make us spend: what it sends is decoded at most at this rate
+# (bytes per second, with a burst of one largest message); a real vLLM step sends a few
+# KiB, a long prefill a few hundred: past this the count is unknown, never wrong.
+RATE_BYTES_PER_S = 256 << 10
+RATE_BURST_BYTES = 2 << 20
+
+
+@dataclass
+class TokenBucket:
+    rate: float
+    burst: float
+    tokens: float = 0.0
+    stamp: float | None = None
+
+    def take(self, n: int, now: float) -> bool:
+        if self.stamp is None:
+            self.tokens = self.burst
+        else:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if n > self.tokens:
+            return False
+        self.tokens -= n
+        return True
+
+
+def sequence_of(frames: Sequence[bytes]) -> int | None:
+    """The sequence number of a SUB message, without decoding it."""
+    if len(frames) == 3 and len(frames[1]) == 8:
+        return int.from_bytes(frames[1], "big", signed=True)
+    return None
+
+
+async def decode(frames: list[bytes], *, replay: bool = False) -> Message:
+    """``read_message`` in the decoder thread: the loop keeps serving meanwhile."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_DECODER, lambda: read_message(frames, replay=replay))
+
+
+@dataclass
+class _Link:
+    """One live SUB connection: a reader task feeding a bounded queue of messages."""
+
+    conn: ZmtpConnection
+    queue: asyncio.Queue[list[bytes] | BaseException]
+    task: asyncio.Task[None]
+
+    @classmethod
+    def start(cls, conn: ZmtpConnection) -> _Link:
+        queue: asyncio.Queue[list[bytes] | BaseException] = asyncio.Queue(RECV_QUEUE)
+
+        async def pump() -> None:
+            try:
+                while True:
+                    await queue.put(await conn.recv())
+            except (OSError, ZmtpError) as exc:
+                await queue.put(exc)
+
+        return cls(conn, queue, asyncio.create_task(pump()))
+
+    async def next(self) -> list[bytes]:
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.conn.close()
 
 
 @dataclass
 class KvEventSubscriber:
     """Follows one publisher (one DP rank) into a ``KvBlockTracker`` until cancelled.
 
-    On start it asks the replay endpoint for everything still buffered (from 0), so a
-    restarted exporter learns the blocks cached before it came up, as far as vLLM's buffer
-    (buffer_steps batches) reaches. ZMQ reconnects by itself; a socket monitor tells us
-    when the connection drops (counted, and ``connected`` is False meanwhile) and when it
-    is back (then a replay fetches what was published during the outage: a PUB socket
-    drops what it cannot send).
+    On each connection it asks the replay endpoint for what it missed: everything still
+    buffered (from 0) the first time, so a restarted exporter learns the blocks cached
+    before it came up, as far as vLLM's buffer (buffer_steps batches) reaches; from the
+    last batch applied after a reconnection, which also tells a restarted vLLM (its
+    sequence starts over at 0: see ``_resync``). Reconnects with a backoff, longer after
+    a peer that broke the protocol or the limits (``zmtp.py``).
     """
 
     source: KvEventEndpoint
     tracker: KvBlockTracker = field(default_factory=KvBlockTracker)
     replay_timeout: float = 2.0
-    ctx: zmq.asyncio.Context | None = None
     connected: bool = False
     ever_connected: bool = False
+    limits: Limits = LIMITS
+    rate: TokenBucket = field(
+        default_factory=lambda: TokenBucket(RATE_BYTES_PER_S, RATE_BURST_BYTES))
 
     def __post_init__(self) -> None:
         if self.tracker.default_engine == "0":
@@ -56,94 +139,146 @@ class KvEventSubscriber:
         return self.tracker.prefix_cache_blocks(exact_only=exact_only)
 
     async def run(self) -> None:
-        ctx = self.ctx or zmq.asyncio.Context.instance()
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.RCVHWM, 100_000)
-        sub.setsockopt(zmq.RECONNECT_IVL, 100)
-        sub.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)  # a vLLM down for long: not a storm
-        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        sub.connect(self.source.endpoint)
-        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
-        poller = zmq.asyncio.Poller()
-        poller.register(sub, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
-        try:
-            if self.source.replay_endpoint:
-                await self._replay(ctx, sub, self.tracker.replay_from)
-            while True:
-                ready = dict(await poller.poll())
-                if monitor in ready:
-                    await self._on_monitor(ctx, sub, await monitor.recv_multipart())
-                if sub in ready:
-                    await self._on_message(ctx, sub, await sub.recv_multipart())
-        finally:
-            self.connected = False
-            sub.disable_monitor()
-            monitor.close(linger=0)
-            sub.close(linger=0)
-
-    async def _on_monitor(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket,
-                          frames: list[bytes]) -> None:
-        try:
-            event = zmq.utils.monitor.parse_monitor_message(frames)["event"]
-        except Exception:  # a monitor frame we cannot read: ignore it
-            return
-        if event == zmq.EVENT_DISCONNECTED:
-            if self.connected:
-                log.info("KV events: lost the connection to %s", self.source.endpoint)
-                self.tracker.note_disconnect()
-            self.connected = False
-        elif event == zmq.EVENT_CONNECTED:
-            again = self.ever_connected
+        backoff = RECONNECT_MIN
+        while True:
+            try:
+                conn = await ZmtpConnection.open(self.source.endpoint, "SUB",
+                                                 timeout=CONNECT_TIMEOUT, limits=self.limits)
+                await conn.send([b"\x01" + self.source.topic.encode()])  # SUBSCRIBE
+            except (OSError, ZmtpError, asyncio.TimeoutError) as exc:
+                log.debug("KV events: cannot connect to %s: %s", self.source.endpoint, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RECONNECT_MAX)
+                continue
+            backoff = RECONNECT_MIN
+            link = _Link.start(conn)
             self.connected = self.ever_connected = True
-            if again and self.source.replay_endpoint:
-                # what was published while we were away: PUB drops it, the buffer has it
-                await self._replay(ctx, sub, self.tracker.replay_from)
+            try:
+                if self.source.replay_endpoint:
+                    await self._resync(link)
+                while True:
+                    await self._on_message(link, await link.next())
+            except (OSError, ZmtpError) as exc:
+                if isinstance(exc, ZmtpLimitError):
+                    self.tracker.stats.garbage += 1
+                    backoff = RECONNECT_HOSTILE
+                log.info("KV events: lost the connection to %s: %s", self.source.endpoint,
+                         str(exc)[:200])
+                self.tracker.note_disconnect()
+            finally:
+                self.connected = False
+                link.close()
+            await asyncio.sleep(backoff)
 
-    async def _on_message(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket,
-                          frames: list[bytes]) -> None:
-        outcome = self.tracker.apply_frames(frames)
+    def _within_rate(self, frames: list[bytes]) -> bool:
+        if self.rate.take(sum(map(len, frames)), asyncio.get_running_loop().time()):
+            return True
+        self.tracker.skip(sequence_of(frames))
+        return False
+
+    async def _on_message(self, link: _Link, frames: list[bytes]) -> None:
+        if not self._within_rate(frames):
+            return
+        outcome = self.tracker.apply_message(await decode(frames))
         if outcome is Outcome.GAP:
             if self.source.replay_endpoint:
-                await self._replay(ctx, sub, self.tracker.replay_from)
+                await self._replay_all(link, self.tracker.replay_from)
             else:
                 self.tracker.replay_done()  # nothing to ask: accept the loss
         elif outcome is Outcome.RESET and self.tracker.last_seq and self.source.replay_endpoint:
             # restarted and we missed its first batches: fetch them from 0
             self.tracker.clear()
-            await self._replay(ctx, sub, 0)
+            await self._replay_all(link, 0)
 
-    async def _replay(self, ctx: zmq.asyncio.Context, sub: zmq.asyncio.Socket, start: int) -> None:
-        """Fetch buffered batches from ``start`` while holding live ones, then apply in order."""
-        assert self.source.replay_endpoint is not None
-        self.tracker.begin_replay()
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(self.source.replay_endpoint)
-        poller = zmq.asyncio.Poller()
-        poller.register(sub, zmq.POLLIN)
-        poller.register(dealer, zmq.POLLIN)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.replay_timeout
+    async def _resync(self, link: _Link) -> None:
+        """After (re)connecting: what the publisher sent while we were not connected.
+
+        A restarted vLLM publishes from sequence 0 again, and its first batches may have
+        gone out before we were back (a PUB socket sends nothing to a subscriber not yet
+        connected). Asking from ``last_seq + 1`` would get nothing from it and leave its
+        first batches unseen until a later batch went backwards; so ask from ``last_seq``:
+        the same publisher answers that very batch (same sequence, same ts) and the rest;
+        a restarted one answers another batch there, or none at all (its sequence has not
+        got that far). Then its history is fetched from 0."""
+        t = self.tracker
+        t.begin_replay()
         try:
-            await dealer.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
-            while (left := deadline - loop.time()) > 0:
-                ready = dict(await poller.poll(timeout=left * 1000))
-                if sub in ready:
-                    self.tracker.apply_frames(await sub.recv_multipart())
-                if dealer in ready:
-                    frames = await dealer.recv_multipart()
-                    if is_replay_end(frames):
-                        break
-                    self.tracker.apply_frames(frames, replay=True)
-                    deadline = loop.time() + self.replay_timeout  # still streaming
-            else:
-                log.info("KV events: no replay answer from %s within %.1fs",
-                         self.source.replay_endpoint, self.replay_timeout)
+            if t.last_seq is None:
+                await self._replay(link, 0)
+                return
+            answered, first = await self._replay(link, t.last_seq, probe=True)
+            if answered and (first is None or first.batch is None
+                             or (first.seq is not None and t.restarted(first.seq, first.batch))):
+                log.info("KV events: %s started over (its sequence is back at 0); "
+                         "fetching its history", self.source.endpoint)
+                t.start_over()
+                await self._replay(link, 0)
         finally:
-            dealer.close(linger=0)
+            t.replay_done()
+
+    async def _replay_all(self, link: _Link, start: int) -> None:
+        self.tracker.begin_replay()
+        try:
+            await self._replay(link, start)
+        finally:
             self.tracker.replay_done()
+
+    async def _replay(self, link: _Link, start: int, *, probe: bool = False
+                      ) -> tuple[bool, Message | None]:
+        """Fetch buffered batches from ``start`` (live ones are held meanwhile). Returns
+        whether the replay endpoint answered to the end, and its first batch. With
+        ``probe``, stops at a first batch that is not ours (a restarted publisher)."""
+        assert self.source.replay_endpoint is not None
+        loop = asyncio.get_running_loop()
+        try:
+            dealer = await ZmtpConnection.open(self.source.replay_endpoint, "DEALER",
+                                               timeout=self.replay_timeout,
+                                               limits=self.limits)
+        except (OSError, ZmtpError, asyncio.TimeoutError) as exc:
+            log.info("KV events: no replay from %s: %s", self.source.replay_endpoint, exc)
+            return False, None
+        first: Message | None = None
+        reply: asyncio.Task[list[bytes]] | None = None
+        live: asyncio.Task[list[bytes]] | None = None
+        try:
+            await dealer.send([b"", start.to_bytes(8, "big", signed=True)])
+            deadline = loop.time() + self.replay_timeout
+            while (left := deadline - loop.time()) > 0:
+                reply = reply or asyncio.ensure_future(dealer.recv())
+                live = live or asyncio.ensure_future(link.next())
+                done, _ = await asyncio.wait({reply, live}, timeout=left,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if live in done:
+                    frames, live = live.result(), None
+                    if self._within_rate(frames):
+                        self.tracker.apply_message(await decode(frames))  # held
+                if reply in done:
+                    try:
+                        frames = reply.result()
+                    except ZmtpError as exc:
+                        log.info("KV events: replay from %s broke off: %s",
+                                 self.source.replay_endpoint, str(exc)[:200])
+                        return False, first
+                    reply = None
+                    if is_replay_end(frames):
+                        return True, first
+                    msg = await decode(frames, replay=True)
+                    if first is None:
+                        first = msg
+                        if probe and (msg.batch is None or msg.seq is None
+                                      or self.tracker.restarted(msg.seq, msg.batch)):
+                            return True, first
+                    self.tracker.apply_message(msg, replay=True)
+                    deadline = loop.time() + self.replay_timeout  # still streaming
+            log.info("KV events: no replay answer from %s within %.1fs",
+                     self.source.replay_endpoint, self.replay_timeout)
+            return False, first
+        finally:
+            if reply is not None:
+                reply.cancel()
+            if live is not None:
+                live.cancel()  # a pending get: the message stays in the queue
+            dealer.close()
 
 
 @dataclass(frozen=True)
@@ -178,7 +313,6 @@ class KvEventsHub:
 
     replay_timeout: float = 2.0
     connect_grace: float = CONNECT_GRACE
-    ctx: zmq.asyncio.Context | None = None
     _subs: dict[str, dict[KvEventEndpoint, _Follow]] = field(default_factory=dict)
     _crashed: dict[str, list[str]] = field(default_factory=dict)  # key -> this pass's crashes
 
@@ -198,7 +332,7 @@ class KvEventsHub:
                 f.subscriber.tracker.note_disconnect()
                 f.task = self._start(f.subscriber)
             elif f is None:
-                sub = KvEventSubscriber(ep, replay_timeout=self.replay_timeout, ctx=self.ctx)
+                sub = KvEventSubscriber(ep, replay_timeout=self.replay_timeout)
                 current[ep] = _Follow(sub, self._start(sub), loop.time())
             if capacity_blocks:
                 current[ep].subscriber.tracker.set_capacity(capacity_blocks)

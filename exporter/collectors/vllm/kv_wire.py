@@ -36,6 +36,13 @@ class KvEventDecodeError(ValueError):
 # --- decoding ------------------------------------------------------------------------
 
 MAX_DP_RANK = 1 << 16  # a rank beyond this is not a real engine: the batch is garbage
+# Work per batch is bounded whatever a publisher sends (R1). A real vLLM step stores or
+# evicts at most a few thousand blocks (max_num_batched_tokens / block_size, plus one
+# BlockRemoved per evicted block): events and hashes beyond these are dropped and counted
+# as overflow. An array longer than MAX_ARRAY_LEN cannot be vLLM's: the batch is garbage.
+MAX_EVENTS_PER_BATCH = 65_536
+MAX_HASHES_PER_BATCH = 262_144
+MAX_ARRAY_LEN = MAX_HASHES_PER_BATCH
 MAX_MEDIUM_CHARS = 16  # vLLM's media are "GPU", "CPU", "STORAGE"
 DEVICE_MEDIUM = "gpu"  # vLLM's own block pool: where AllBlocksCleared comes from
 
@@ -73,6 +80,13 @@ class KvEventBatch:
     ts: float
     events: tuple[KvEvent, ...]
     dp_rank: int | None
+    dropped: int = 0  # events left out at MAX_EVENTS_PER_BATCH / MAX_HASHES_PER_BATCH
+
+    @property
+    def cost(self) -> int:
+        """Events plus hashes: what applying (or holding) the batch costs."""
+        return len(self.events) + sum(
+            len(e.hashes) for e in self.events if not isinstance(e, AllBlocksCleared))
 
 
 def _hashes(raw: Any) -> tuple[int, ...]:
@@ -145,7 +159,8 @@ def _decode_event(raw: Any) -> KvEvent | None:
 def decode_batch(payload: bytes) -> KvEventBatch:
     """msgpack ``[ts, events, dp_rank?]`` -> ``KvEventBatch``; ``KvEventDecodeError`` if not."""
     try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False,
+                              max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_ARRAY_LEN)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise KvEventDecodeError(f"not msgpack: {exc!r}"[:200]) from exc
     if isinstance(raw, Mapping):  # EventBatch without array_like (some 0.1x releases)
@@ -159,8 +174,16 @@ def decode_batch(payload: bytes) -> KvEventBatch:
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)
                              or not 0 <= rank < MAX_DP_RANK):
         raise KvEventDecodeError(f"data_parallel_rank {str(rank)[:40]!r}")
-    decoded = tuple(e for e in map(_decode_event, events) if e is not None)
-    return KvEventBatch(float(ts), decoded, rank)
+    decoded: list[KvEvent] = []
+    hashes = 0
+    for i, raw_event in enumerate(events):
+        if len(decoded) >= MAX_EVENTS_PER_BATCH or hashes >= MAX_HASHES_PER_BATCH:
+            return KvEventBatch(float(ts), tuple(decoded), rank, len(events) - i)
+        ev = _decode_event(raw_event)
+        if ev is not None:
+            decoded.append(ev)
+            hashes += 0 if isinstance(ev, AllBlocksCleared) else len(ev.hashes)
+    return KvEventBatch(float(ts), tuple(decoded), rank)
 
 
 def replay_frames(frames: Sequence[bytes]) -> list[bytes] | None:
