@@ -5,6 +5,8 @@
 #   bash scripts/image.sh check [--arch amd64|arm64]   # one line per container check
 #        [--mutate hostPID|SYS_PTRACE|mount:NAME] [--whole-cgroupfs]   # must then fail
 #   bash scripts/image.sh ci      # scripts/test.sh's tier: both of the above, both arches
+#   bash scripts/image.sh base [--arch ...]   # only the base image (test.sh makes the
+#                                             # emulated one beside the earlier tiers)
 #
 # No registry is needed: the Dockerfile's base (python:3.13-slim-trixie) is made locally
 # with debootstrap from the Debian archive (Debian's own python3.13), for the host's
@@ -221,6 +223,7 @@ ci() {
 }
 
 case $cmd in
+    base) ensure_tools; make_base ;;
     build) build ;;
     check) check ;;
     ci) ci ;;
