@@ -25,19 +25,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.oncall.prom_client import Sample
-from exporter.promql import CONFIG, Config
+from exporter.promql import (
+    BINDING,
+    CONFIG,
+    GROWTH,
+    HEADROOM,
+    LIMIT,
+    PEAK_ENVELOPE,
+    TIME_TO_LIMIT,
+    TOP_GROWER,
+    UNRECLAIMABLE,
+    Config,
+)
 
 MiB = 1 << 20
 
-# --- the contract's names -----------------------------------------------------------------
-LIMIT = "headroom:memory_limit:bytes"
-UNRECLAIMABLE = "headroom:memory_unreclaimable:bytes"
-HEADROOM = "headroom:memory_headroom:bytes"
-BINDING = "headroom:memory_binding:bool"
-GROWTH = "headroom:memory_growth:rate"
-PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
-TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"
-TOP_GROWER = "headroom:memory_top_grower:rate"
+# --- the contract's names (declared once, in exporter.promql, with the rules) ---------------
 CONTRACT = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT,
             TOP_GROWER)
 HORIZONS = ("short", "medium", "lasting")
