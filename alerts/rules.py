@@ -155,17 +155,67 @@ def _indent(text: str, n: int) -> str:
 # --- recording rules ---------------------------------------------------------------------
 def _rules(rules_: list[tuple[str, str]], helps: dict[str, str]) -> list[Rule]:
     """Recording rules from (name, expression) pairs, in the order ``helps`` documents
-    them; ``GROWTH\tHORIZON`` records GROWTH with that horizon label."""
+    them; ``NAME\tHORIZON`` records NAME with that horizon label, ``NAME\tLABEL=VALUE``
+    with that label."""
     out: list[Rule] = []
     for key, text in rules_:
-        name, _, horizon = key.partition("\t")
+        name, _, label = key.partition("\t")
         rule: Rule = {"record": name, "expr": text}
-        if horizon:
-            rule["labels"] = {"horizon": horizon}
+        if label:
+            k, _, v = label.rpartition("=")
+            rule["labels"] = {k or "horizon": v}
         out.append(rule)
     names = [r["record"] for r in out if r["record"] != q.GROWTH or q.GROWTH in helps]
     assert tuple(dict.fromkeys(names)) == tuple(helps), "documented order"
     return out
+
+
+def pattern_windows_s(config: Config) -> tuple[int, ...]:
+    """How far ahead the daily pattern looks: 1, 2, 3 and 6 hourly windows."""
+    return tuple(k * config.hourly_window_s for k in (1, 2, 3, 6))
+
+
+def _pattern_ttl(config: Config) -> str:
+    """Seconds until the limit by the daily pattern: the first window ahead whose
+    pattern peak reaches the limit in force now (its length: an upper bound)."""
+    parts = [
+        expr(
+            "(last_over_time(${peak}{within=\"${w}\"}[${hold}]) >= on ${g} group_left () "
+            "${limit}) * 0 + ${s}",
+            peak=q.PATTERN_PEAK, w=duration(w), hold=duration(config.lasting_hold_s),
+            g=by(*config.group_labels), limit=q.LIMIT, s=w)
+        for w in pattern_windows_s(config)
+    ]
+    return f"min by {by(*config.group_labels)} (\n    " + "\n  or\n    ".join(parts) + "\n)"
+
+
+def _climb_beyond_pattern(config: Config) -> str:
+    """1 where a climb goes beyond what the recurring peaks and their lasting trend
+    explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
+    yesterday's level is not): above the envelope by a margin plus a day of the lasting
+    trend; or by ``fill_beyond_trend_s`` of it while the lasting horizon reaches the
+    limit within the envelope window; or no envelope yet."""
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    env = expr("last_over_time(${e}[${hold}]) + on ${g} ${r} * ${limit}",
+               e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
+               limit=q.LIMIT)
+    rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
+    return expr(
+        """
+        (
+            ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
+          or
+            ${u} unless on ${g} last_over_time(${e}[${hold}])
+          or
+            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
+            and on ${g}
+            ${ttl}{horizon="lasting"} < ${bw}
+        ) * 0 + 1
+        """,
+        u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
+        e=q.PEAK_ENVELOPE, hold=hold, beyond=config.fill_beyond_trend_s,
+        ttl=q.TIME_TO_LIMIT_BY_HORIZON)
 
 
 def fast_recording_rules(config: Config) -> list[Rule]:
@@ -185,9 +235,10 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             rss=_held(config, c.PROCESS_MEMORY_BYTES, (*g, "process"), kind=rss_kind),
         )
 
-    def growth(slope: str, sustain_s: int, window_s: int) -> str:
-        # The slowest slope over the sustain window, once the series spans both.
-        return expr(
+    def growth(slope: str, sustain_s: int, window_s: int, climbing: bool = False) -> str:
+        # The slowest slope over the sustain window, once the series spans both; for the
+        # short horizon only while the figure still makes new highs.
+        text = expr(
             """
             min_over_time(${slope}[${s}]) > 0
               and
@@ -196,6 +247,16 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             slope=slope, s=duration(sustain_s),
             spans=_spans(q.UNRECLAIMABLE, window_s + sustain_s, 5 * 60),
         )
+        if not climbing:
+            return text
+        return expr(
+            """
+            ${text}
+              and
+            ${u} > max_over_time(${u}[${w}] offset ${lag})
+            """,
+            text=text, u=q.UNRECLAIMABLE, w=duration(config.short_window_s),
+            lag=duration(config.climbing_lag_s))
 
     tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
                r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)
@@ -241,24 +302,40 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         (q.SLOPE_SHORT, f"deriv({q.UNRECLAIMABLE}[{duration(config.short_window_s)}])"),
         (q.SLOPE_MEDIUM, f"deriv({q.UNRECLAIMABLE}[{duration(config.medium_window_s)}])"),
         (q.GROWTH + "\tshort", growth(q.SLOPE_SHORT, config.short_sustain_s,
-                                      config.short_window_s)),
+                                      config.short_window_s, climbing=True)),
         (q.GROWTH + "\tmedium", growth(q.SLOPE_MEDIUM, config.medium_sustain_s,
                                        config.medium_window_s)),
         # Per horizon, from the limit in force now: short and medium from the recent
-        # peak, lasting from the envelope of the peaks (or the recent peak above it).
+        # peak; lasting the sooner of the envelope of the peaks (or the recent peak
+        # above it) at the lasting rate and the daily pattern.
         (q.TIME_TO_LIMIT_BY_HORIZON, expr(
             """
                 ${peak_headroom}
               / on ${g} group_right ()
                 ${growth}{horizon=~"short|medium"}
             or
-                clamp_min(${limit} - ${level}, 0)
-              / on ${g} group_right ()
-                last_over_time(${growth}{horizon="lasting"}[${hold}])
+              min by ${gh} (
+                  clamp_min(${limit} - ${level}, 0)
+                / on ${g} group_right ()
+                  last_over_time(${growth}{horizon="lasting"}[${hold}])
+                or
+                  label_replace(label_replace(${pattern}, "horizon", "lasting", "", ""),
+                                "from", "pattern", "", "")
+              )
             """,
-            peak_headroom=peak_headroom, g=gb, growth=q.GROWTH, limit=q.LIMIT,
-            level=lasting_level, hold=hold_lasting)),
-        (q.TIME_TO_LIMIT, f"bottomk by {gb} (1, {q.TIME_TO_LIMIT_BY_HORIZON})"),
+            peak_headroom=peak_headroom, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
+            limit=q.LIMIT, level=lasting_level, hold=hold_lasting,
+            pattern=_indent(_pattern_ttl(config), 18))),
+        (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
+        (q.TIME_TO_LIMIT, expr(
+            """
+            bottomk by ${g} (1,
+                ${ttl}{horizon=~"short|medium"} and on ${g} ${beyond}
+              or
+                ${ttl}{horizon="lasting"}
+            )
+            """,
+            g=gb, ttl=q.TIME_TO_LIMIT_BY_HORIZON, beyond=q.CLIMB_BEYOND_PATTERN)),
         (q.PROCESS_MEMORY, expr(
             "${anon}\n+\n${shm}\nor\n${anon}",
             anon=per_process("anon", "rss_anon"), shm=per_process("shmem", "rss_shmem"))),
@@ -359,6 +436,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
+        (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_HOURLY_MIN, "min")),
         # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
@@ -376,6 +454,18 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
             ratio=config.min_baseline_rise_ratio, limit=q.LIMIT,
             bytes=config.min_baseline_rise_bytes, bw_s=bw_s)),
+        # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
+        # recorded every lasting interval), lifted by a period of lasting growth.
+        *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
+            """
+                max_over_time(${hmax}[${span}] offset ${back})
+              + on ${g}
+                ${growth}{horizon="lasting"} * ${period}
+            """,
+            hmax=q.HOURLY_MAX, g=gb, growth=q.GROWTH, period=config.pattern_period_s,
+            span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
+            back=duration(config.pattern_period_s - w)))
+          for w in pattern_windows_s(config)),
         (q.KIND_GROWTH, expr(
             """
                 deriv(${kind}{kind=~"anon|shmem"}[${hw}])
@@ -466,16 +556,12 @@ def filling_up_warning(config: Config) -> Rule:
 def critical_condition(config: Config, scale: float) -> str:
     """The page's condition with every horizon times ``scale`` (1: fire; more: clear).
 
-    * a climb beyond the pattern: the short or medium horizon reaches the limit within
-      the critical horizon, and memory is above what the recurring peaks plus a window
-      of their lasting trend explain (a sawtooth's tooth or a daily swing is not);
-    * the day's climb the trend says crosses: the same, above the peaks' envelope by
-      more than ``fill_beyond_trend_s`` of the lasting trend (a sawtooth's tooth climbs
-      one period's worth above the last peaks, then is released), while the lasting
-      trend says the peaks reach the limit within the envelope window;
+    * the recorded time to limit within the critical horizon: a short or medium climb
+      that goes beyond the pattern (``CLIMB_BEYOND_PATTERN``), or the lasting horizon
+      (the peaks' envelope, the daily pattern);
     * the peaks at the limit: their envelope reaches it at the lasting rate within the
       lasting page horizon, or within the confirm horizon while a climb that reaches it
-      within the fast confirm horizon goes on.
+      within the fast confirm horizon goes on (a sawtooth whose teeth climb).
     """
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
@@ -490,19 +576,7 @@ def critical_condition(config: Config, scale: float) -> str:
         min by ${g} (${ttl})
         and on ${g}
         (
-            ${fast} < ${crit}
-          and on ${g}
-            (
-                ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
-              or
-                ${u} unless on ${g} ${env}
-            )
-        or
-            ${fast} < ${crit}
-          and on ${g}
-            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
-          and on ${g}
-            ${lasting} < ${bw_h}
+            min by ${g} (${ttl}) < ${crit}
         or
             ${env_ttl} < ${lasting_page}
         or
@@ -515,12 +589,10 @@ def critical_condition(config: Config, scale: float) -> str:
         # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
         # released; the next tooth is what the envelope's trend says).
         env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
-        g=g, ttl=q.TIME_TO_LIMIT_BY_HORIZON, fast=_ttl(config, "short|medium"),
-        lasting=_ttl(config, "lasting"), u=q.UNRECLAIMABLE, env=env, rate=lasting_rate,
+        g=g, ttl=q.TIME_TO_LIMIT, fast=_ttl(config, "short|medium"),
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
-        bw=config.baseline_window_s, beyond=config.fill_beyond_trend_s,
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
-        bw_h=h(config.baseline_window_s), lasting_page=h(config.fill_lasting_page_horizon_s),
+        lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),
         fast_confirm=h(config.fill_fast_confirm_horizon_s),
     )
@@ -578,17 +650,28 @@ def near_limit(config: Config) -> Rule:
     # FillingUp's: a slow leak in a big limit sits above 95 % for days before its kill.
     # This pages a pod that sits at its limit without growing.
     name = "HeadroomMemoryNearLimit"
-    def cond(ratio: float) -> str:
+    # ...and only when what is left (below the recent peak) is within the memory's own
+    # swing of the last hour, or under a floor: that swing, come again, is the kill.
+    def cond(ratio: float, swings: float) -> str:
         return expr(
             """
             ${ratio} > ${threshold}
+            and on ${g}
+            clamp_min(${limit} - max_over_time(${u}[${w}]), 0)
+              < on ${g}
+            ${k} * (last_over_time(${range}[${hold}]) > on ${g} ${floor} * ${limit}
+                    or on ${g} ${floor} * ${limit})
             unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
             """,
             ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s), k=swings,
+            range=q.HOURLY_RANGE, hold=duration(config.lasting_hold_s),
+            floor=config.near_limit_min_headroom_ratio,
             growth=q.GROWTH, bw=duration(config.baseline_window_s),
         )
 
-    fire, clear = cond(config.near_limit_ratio), cond(config.near_limit_clear_ratio)
+    fire = cond(config.near_limit_ratio, 1)
+    clear = cond(config.near_limit_clear_ratio, 2)
     return _alert(
         config, name, hysteresis(config, name, "critical", binding(config, fire),
                                  binding(config, clear)), "critical",

@@ -77,7 +77,12 @@ class Config:
     # Short horizon: the slowest deriv over short_window_s seen over short_sustain_s
     # (a fast ramp that lasted; a burst that stopped drops out within minutes).
     short_window_s: int = 5 * MINUTE
-    short_sustain_s: int = 5 * MINUTE
+    short_sustain_s: int = 6 * MINUTE
+    # ...and only while the climb goes on: the figure now above every one from
+    # climbing_lag_s to climbing_lag_s + short_window_s ago. A batch that stopped drops
+    # out within this lag, not a whole slope window (a nightly batch that adds a third
+    # of the limit in minutes and holds it must not page; a 15-minute ramp must).
+    climbing_lag_s: int = 2 * MINUTE
     # Medium horizon: the same over hours.
     medium_window_s: int = 30 * MINUTE
     medium_sustain_s: int = 30 * MINUTE
@@ -90,6 +95,10 @@ class Config:
     # The lasting growth counts only above both (per envelope window).
     min_baseline_rise_bytes: int = 64 * MiB
     min_baseline_rise_ratio: float = 0.002  # of the limit
+    # The daily pattern: the same hours one period ago, lifted by a period of lasting
+    # growth, forecast the peaks of the hours ahead (a daily swing's crest, a nightly
+    # batch). Looked ahead 1, 2, 3 and 6 hourly windows.
+    pattern_period_s: int = DAY
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
     # Trend slope for panels and HeadroomNodeMemoryPressure.
@@ -114,7 +123,10 @@ class Config:
     # the limit within the lasting page horizon at the lasting rate (a slow leak, a
     # sawtooth whose teeth climb), or within the confirm horizon while a climb that
     # reaches it within the fast confirm horizon goes on.
-    fill_critical_horizon_s: int = HOUR
+    # 75 minutes, not 60: the sustained slope reads 10-20 % below the true rate of a
+    # noisy ramp (it is the slowest slope over the sustain window), and the page must
+    # still be out 45 minutes before the kill.
+    fill_critical_horizon_s: int = 75 * MINUTE
     fill_critical_clear_horizon_s: int = 3 * HOUR
     fill_lasting_page_horizon_s: int = 3 * HOUR
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
@@ -123,6 +135,9 @@ class Config:
     # more than this much of the lasting trend (a tooth of a sawtooth with a period up
     # to this long climbs less, and is released).
     fill_beyond_trend_s: int = 6 * HOUR
+    # ...and by more than this much of the limit (the peaks' own noise: a plateau that
+    # comes back to yesterday's level is not beyond it).
+    fill_beyond_peaks_ratio: float = 0.01
     fill_critical_for_s: int = 5 * MINUTE
     # A page stays on while the pod keeps being OOM-killed and grows again within this
     # window of a kill (a crash loop under the same pod name: one stream of pages).
@@ -132,6 +147,10 @@ class Config:
     near_limit_ratio: float = 0.95  # red on panels
     near_limit_clear_ratio: float = 0.92  # a firing page clears only below this
     near_limit_for_s: int = 10 * MINUTE
+    # ...and only when what is left is within the memory's own recent swing (the
+    # highest minus the lowest figure of the last hour) or under this much of the limit:
+    # a pod that sits flat at 96 % of a big limit is not an OOM kill in the making.
+    near_limit_min_headroom_ratio: float = 0.01
     # Orange on panels; HeadroomMemoryReclaimAtLimit needs this much unreclaimable.
     high_ratio: float = 0.85
     high_clear_ratio: float = 0.80
@@ -257,6 +276,7 @@ SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
 SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
 GROWTH = "headroom:memory_growth:rate"  # label horizon: short, medium, lasting
 TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
+CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
 TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
 PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
 PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
@@ -276,6 +296,8 @@ UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
 UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
+HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
+PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
 KIND_GROWTH = "headroom:memory_kind_growth:rate"  # per workload and kind
@@ -302,13 +324,21 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     SLOPE_SHORT: "deriv of unreclaimable over the short window (bytes/s)",
     SLOPE_MEDIUM: "deriv of unreclaimable over the medium window (bytes/s)",
     GROWTH: "growth estimate per horizon (bytes/s, present only while > 0): short and "
-    "medium = the slowest slope over their sustain window once the series spans it; "
+    "medium = the slowest slope over their sustain window once the series spans it "
+    "(short: only while the figure still makes new highs); "
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
     "smaller), from hourly minima and maxima",
     TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
-    "and medium from the recent peak, lasting from the peaks' envelope",
-    TIME_TO_LIMIT: "the soonest of the per-horizon forecasts, one series per cgroup; "
-    "label horizon says which horizon binds",
+    "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
+    "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
+    "reaches the limit: 1, 2, 3 or 6 h)",
+    CLIMB_BEYOND_PATTERN: "1 where the climb now goes beyond what the recurring peaks "
+    "explain: above their envelope by a margin and a day of their lasting trend (or by "
+    "fill_beyond_trend_s of it while the lasting horizon reaches the limit within a "
+    "day), or no envelope yet (a young series); absent otherwise",
+    TIME_TO_LIMIT: "the soonest forecast that counts, one series per cgroup: short and "
+    "medium only where the climb goes beyond the pattern, lasting always; label horizon "
+    "says which binds. The page reads this",
     PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
     PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
     MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
@@ -335,9 +365,14 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
+    HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
+    "memory's own recent swing",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
+    PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
+    "within): the highest figure of those hours one period ago plus a period of lasting "
+    "growth (absent without lasting growth)",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
     TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "

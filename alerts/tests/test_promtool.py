@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import generate
+from alerts import generate, rules
 from alerts.tests import scenarios
 from exporter import catalog, promql
 from exporter.promql import CONFIG as DEFAULT
@@ -49,9 +49,10 @@ def test_every_generated_expression_parses(factor: int) -> None:
     promql_parser = pytest.importorskip("promql_parser")
     cfg = DEFAULT if factor == 1 else DEFAULT.scaled(factor)
     exprs = _exprs(generate.rules_yaml(cfg))
-    # GROWTH is recorded by one rule per horizon; FillingUp has two severities.
+    # GROWTH is recorded by one rule per horizon, PATTERN_PEAK by one per window ahead;
+    # FillingUp has two severities.
     assert len(exprs) == len(promql.RECORDING_RULES) + len(promql.HORIZONS) - 1 \
-        + len(promql.ALERT_NAMES) + 1
+        + len(rules.pattern_windows_s(cfg)) - 1 + len(promql.ALERT_NAMES) + 1
     for name, text in exprs:
         try:
             promql_parser.parse(text)
@@ -148,7 +149,7 @@ def test_config_validation_and_durations() -> None:
     assert promql_duration(DAY) == "1d"
     assert promql_duration(HOUR + 30 * 60) == "1h30m"
     assert DEFAULT.fill_warning_horizon_s == 3 * DAY
-    assert DEFAULT.fill_critical_horizon_s == HOUR
+    assert DEFAULT.fill_critical_horizon_s == 75 * 60
     with pytest.raises(ValueError):
         DEFAULT.replace(near_limit_ratio=1.5)
     with pytest.raises(ValueError):
