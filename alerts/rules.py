@@ -558,7 +558,8 @@ def critical_condition(config: Config, scale: float) -> str:
 
     * the recorded time to limit within the critical horizon: a short or medium climb
       that goes beyond the pattern (``CLIMB_BEYOND_PATTERN``), or the lasting horizon
-      (the peaks' envelope, the daily pattern);
+      (the peaks' envelope, the daily pattern); the lasting horizon within the pattern
+      page horizon (its windows ahead are whole hours);
     * the peaks at the limit: their envelope reaches it at the lasting rate within the
       lasting page horizon, or within the confirm horizon while a climb that reaches it
       within the fast confirm horizon goes on (a sawtooth whose teeth climb).
@@ -578,6 +579,8 @@ def critical_condition(config: Config, scale: float) -> str:
         (
             min by ${g} (${ttl}) < ${crit}
         or
+            ${lasting} <= ${pattern_page}
+        or
             ${env_ttl} < ${lasting_page}
         or
             ${env_ttl} < ${confirm}
@@ -590,6 +593,8 @@ def critical_condition(config: Config, scale: float) -> str:
         # released; the next tooth is what the envelope's trend says).
         env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
         g=g, ttl=q.TIME_TO_LIMIT, fast=_ttl(config, "short|medium"),
+        lasting=_ttl(config, "lasting"),
+        pattern_page=h(config.fill_pattern_page_horizon_s),
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
         lasting_page=h(config.fill_lasting_page_horizon_s),

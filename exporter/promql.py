@@ -129,6 +129,9 @@ class Config:
     fill_critical_horizon_s: int = 75 * MINUTE
     fill_critical_clear_horizon_s: int = 3 * HOUR
     fill_lasting_page_horizon_s: int = 3 * HOUR
+    # The lasting horizon itself (the daily pattern's windows ahead are whole hours and
+    # a day old: a crossing it puts within 2 h may come within the hour).
+    fill_pattern_page_horizon_s: int = 2 * HOUR
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
     fill_fast_confirm_horizon_s: int = 2 * HOUR
     # A climb counts as beyond the recurring peaks once it is above their envelope by
