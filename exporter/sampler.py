@@ -385,6 +385,11 @@ class PeakSampler:
             self._listener(Sample(values, counters, added, removed, tuple(found),
                                   members, departed or ()))
 
+    def is_fast(self, path: str) -> bool:
+        """Whether ``path`` is read every tick now (a racy glance from another thread)."""
+        c = self._pace.get(path)
+        return not self._adaptive or (c is not None and self._clock() < c.fast_until)
+
     def peak(self, path: str) -> int | None:
         with self._lock:
             w = self._windows.get(path)
