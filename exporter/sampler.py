@@ -278,22 +278,24 @@ class PeakSampler:
             return list(refs)
         return [p for p, c in pace.items() if cadence.due(c, now)]
 
+    def _own_limit(self, h: MemoryHierarchy, path: str, now: float) -> int | None:
+        c = self._pace.get(path)
+        if c is None:
+            return None  # not tracked: its limit is the scrape's business
+        if now - c.limit_at >= cadence.LIMIT_EVERY:
+            c.limit_at = now
+            try:
+                c.own_limit = read_own_limit(h, path, self._files.read_text)
+            except (OSError, ValueError):
+                c.own_limit = None
+        return c.own_limit
+
     def _limit(self, h: MemoryHierarchy, path: str, now: float) -> int | None:
-        """The smallest own limit of ``path`` and its tracked ancestors (None: none)."""
-        limits = []
-        parts = path.split("/")
-        for i in range(len(parts), 0, -1):
-            c = self._pace.get("/".join(parts[:i]))
-            if c is None:
-                continue
-            if now - c.limit_at >= cadence.LIMIT_EVERY:
-                c.limit_at = now
-                try:
-                    c.own_limit = read_own_limit(h, "/".join(parts[:i]), self._files.read_text)
-                except (OSError, ValueError):
-                    c.own_limit = None
-            if c.own_limit is not None:
-                limits.append(c.own_limit)
+        """The smaller own limit of ``path`` and of its parent when tracked (a container
+        and its pod); None: neither has one."""
+        limits = [lim for lim in (self._own_limit(h, path, now),
+                                  self._own_limit(h, path.rpartition("/")[0], now))
+                  if lim is not None]
         return min(limits) if limits else None
 
     def _paced(self, h: MemoryHierarchy, path: str, now: float, usage: int,
