@@ -47,9 +47,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from exporter.oom.members import RSS_REFRESH
 from tests.kernel import kube_tree
 
 TICK = os.sysconf("SC_CLK_TCK")
+SETTLE = RSS_REFRESH + 1  # seconds after the warm-up before the idle figure
 
 
 def cpu_split(pid: int) -> tuple[float, float]:
@@ -69,6 +71,16 @@ def thread_cpu(pid: int) -> dict[int, float]:
         except (OSError, ValueError):
             continue  # a thread that ended
     return out
+
+
+def busiest(before: dict[int, float], after: dict[int, float], wall: float,
+            ) -> list[tuple[float, int]]:
+    """(share of a core, thread id), busiest first."""
+    return sorted(((after[t] - before.get(t, 0.0)) / wall, t) for t in after)[::-1]
+
+
+def shares(top: list[tuple[float, int]], pid: int) -> str:
+    return ", ".join(f"{'main' if t == pid else t} {share * 100:.2f}%" for share, t in top[:4])
 
 
 def cpu_split_at(stat: Path) -> tuple[float, float]:
@@ -161,10 +173,14 @@ def main() -> None:
                 idle_report(exporter.pid, args)
                 return
 
-            # The sampler's own cost, idle, to subtract from the scrape loop.
+            # The sampler's own cost, idle, to subtract from the scrape loop: once the
+            # start-up work is done (every member's name, then its first RSS re-read).
+            time.sleep(SETTLE)
             c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
-            time.sleep(5)
+            threads0 = thread_cpu(exporter.pid)
+            time.sleep(10)
             idle_cpu_per_s = (cpu_seconds(exporter.pid) - c0) / (time.monotonic() - t0)
+            idle_threads = busiest(threads0, thread_cpu(exporter.pid), time.monotonic() - t0)
 
             latencies = []
             size = 0
@@ -202,7 +218,8 @@ def main() -> None:
     print(f"latency p50 / p99          {statistics.median(latencies) * 1000:.1f} ms / "
           f"{p99 * 1000:.1f} ms over {args.scrapes} scrapes")
     print(f"exporter RSS / high water  {now_rss / 2**20:.1f} MiB / {hwm / 2**20:.1f} MiB")
-    print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core")
+    print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core "
+          f"({shares(idle_threads, exporter.pid)})")
     print(f"in all, scraped every {args.every:g} s  "
           f"{(idle_cpu_per_s + per_scrape / args.every) * 100:.2f}% of a core "
           "(idle CPU + CPU per scrape / interval)")
@@ -221,22 +238,20 @@ def main() -> None:
 
 
 def idle_report(pid: int, args: argparse.Namespace) -> None:
-    time.sleep(2)  # let the first samples and any start-up work settle
+    time.sleep(SETTLE)  # let the first samples and any start-up work settle
     runs = []
     threads0, w0 = thread_cpu(pid), time.monotonic()
     for _ in range(args.repeat):
         c0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(args.idle)
         runs.append((cpu_seconds(pid) - c0) / (time.monotonic() - t0))
-    threads1, wall = thread_cpu(pid), time.monotonic() - w0
-    busiest = sorted(((threads1[t] - threads0.get(t, 0.0)) / wall, t) for t in threads1)[::-1]
+    top = busiest(threads0, thread_cpu(pid), time.monotonic() - w0)
     print(f"synthetic node: {args.containers} containers in {(args.containers + 2) // 3} pods, "
           f"{args.processes} processes, sampler every {args.sampler_interval}")
     print("idle CPU per window        " + ", ".join(f"{r * 100:.2f}%" for r in runs))
     print(f"idle CPU median            {statistics.median(runs) * 100:.2f}% of a core "
           f"({args.repeat} x {args.idle:g} s, no scrapes)")
-    print("idle CPU per thread        " + ", ".join(
-        f"{'main' if t == pid else t} {share * 100:.2f}%" for share, t in busiest[:4]))
+    print(f"idle CPU per thread        {shares(top, pid)}")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from exporter import cadence
 from exporter.cadence import Cadence
-from exporter.cgroup_watch import CgroupTree, KillNotifier, UsageThresholds
+from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import (
     CgroupGone,
     KillCounters,
@@ -57,6 +57,7 @@ from exporter.model import CgroupRef
 from exporter.oom.members import MemberTable
 from exporter.oom.watcher import ProcessEntry
 from exporter.paths import MemoryHierarchy, OpenFiles
+from exporter.usage_events import UsageThresholds
 
 
 @dataclass(frozen=True)

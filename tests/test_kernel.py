@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ from exporter.config import (
     SamplerSettings,
 )
 from exporter.factory import Exporter as Pipeline
+from exporter.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
 from tests.kernel import (
     Grower,
@@ -272,6 +274,35 @@ async def test_an_idle_cgroup_that_ramps_is_read_fast_in_time_to_catch_its_peak(
     assert fast_at_top
     assert s1.get("headroom_memory_usage_bytes") < base + 20 * MiB
     assert s1.get("headroom_memory_peak_bytes") >= base + 190 * MiB
+
+
+def test_v1_a_usage_threshold_wakes_the_sampler_when_crossed(tree: KubeTree) -> None:
+    """The kernel's own wake-up for a slow cgroup climbing towards its limit (v1 only:
+    v2 has no usage threshold, nothing is armed there)."""
+    _, pod = tree.pod(limit=1024 * MiB)
+    _, container = tree.container(pod)
+    thresholds = UsageThresholds(tree.hierarchy)
+    g = Grower(tree.hierarchy, container)
+    try:
+        fd = thresholds.arm(container, 100 * MiB)
+        if tree.version == 2:
+            assert fd is None
+            return
+        assert fd is not None
+        assert thresholds.arm(container, 100 * MiB) is None  # the same: nothing new
+        ep = select.epoll()
+        ep.register(fd, select.EPOLLIN)
+        assert ep.poll(0) == []
+        g.send("anon 150")
+        deadline = time.monotonic() + 60
+        while not ep.poll(0.1):
+            assert time.monotonic() < deadline, "the threshold never fired"
+        assert thresholds.ready(fd) == container
+        assert ep.poll(0) == []  # reset by ready: the next crossing wakes it again
+        ep.close()
+    finally:
+        g.close()
+        thresholds.close()
 
 
 @pytest.mark.parametrize("kmsg", [True, False], ids=["kmsg", "no-kmsg"])
