@@ -24,6 +24,7 @@ whose interval or window leaves no room for a slow pace reads everything every t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 NEAR = 0.8  # share of the limit from which a cgroup is read every tick
@@ -89,3 +90,68 @@ def observe(c: Cadence, now: float, usage: int, lifetime: int | None,
 def threshold(limit: int | None) -> int | None:
     """Where the kernel should wake the sampler for a slow cgroup (v1 usage threshold)."""
     return None if limit is None else int(NEAR * limit)
+
+
+class Pace:
+    """Every tracked cgroup's ``Cadence`` (the sampling thread's; ``is_fast`` is a racy
+    glance from another thread). ``adaptive`` False: every cgroup is due every tick."""
+
+    def __init__(self, adaptive: bool) -> None:
+        self.adaptive = adaptive
+        self._of: dict[str, Cadence] = {}
+
+    def due(self, tracked: Collection[str], now: float, woken: Collection[str],
+            young: Callable[[str], bool]) -> list[str]:
+        """The cgroups to read this tick; ``woken``: cgroups (and their descendants) the
+        kernel just notified; ``young``: appeared after the first listing."""
+        pace = self._of
+        for gone in [p for p in pace if p not in tracked]:
+            del pace[gone]
+        for path in tracked:
+            c = pace.get(path)
+            if c is None:
+                c = pace[path] = Cadence()
+                if young(path):
+                    c.hold(now + YOUNG_HOLD)
+            if woken and (path in woken or any(path.startswith(w + "/") for w in woken)):
+                c.hold(now + FAST_HOLD)
+        if not self.adaptive:
+            return list(tracked)
+        return [p for p, c in pace.items() if due(c, now)]
+
+    def observe(self, path: str, now: float, usage: int, lifetime: int | None,
+                read_limit: Callable[[str], int | None]) -> int | None:
+        """A reading of ``path`` (due this tick); the limit its pace used."""
+        limit = self._limit(path, now, read_limit)
+        observe(self._of[path], now, usage, lifetime, limit)
+        return limit
+
+    def _own_limit(self, path: str, now: float,
+                   read_limit: Callable[[str], int | None]) -> int | None:
+        c = self._of.get(path)
+        if c is None:
+            return None  # not tracked: its limit is the scrape's business
+        if now - c.limit_at >= LIMIT_EVERY:
+            c.limit_at = now
+            try:
+                c.own_limit = read_limit(path)
+            except (OSError, ValueError):
+                c.own_limit = None
+        return c.own_limit
+
+    def _limit(self, path: str, now: float,
+               read_limit: Callable[[str], int | None]) -> int | None:
+        """The smaller own limit of ``path`` and of its parent when tracked (a container
+        and its pod); None: neither has one."""
+        limits = [lim for lim in (self._own_limit(path, now, read_limit),
+                                  self._own_limit(path.rpartition("/")[0], now, read_limit))
+                  if lim is not None]
+        return min(limits) if limits else None
+
+    def usages(self) -> Mapping[str, int]:
+        """Each cgroup's last reading (a cgroup not read this tick did not move)."""
+        return {p: c.usage for p, c in self._of.items() if c.usage is not None}
+
+    def is_fast(self, path: str, now: float) -> bool:
+        c = self._of.get(path)
+        return not self.adaptive or (c is not None and now < c.fast_until)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter import cadence
-from exporter.cadence import Cadence
+from exporter.cadence import Pace
 from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import (
     CgroupGone,
@@ -158,8 +158,7 @@ class PeakSampler:
         self.tree: CgroupTree | None = None
         self._notifier: KillNotifier | None = None
         self._thresholds: UsageThresholds | None = None
-        self._pace: dict[str, Cadence] = {}
-        self._adaptive = cadence.adaptive(interval, window)
+        self._pace = Pace(cadence.adaptive(interval, window))
         self._epoll: select.epoll | None = None
         self._domains: dict[str, Domain] = {}
         self._echo: dict[str, int] = {}  # notified domain -> reads still due
@@ -259,52 +258,12 @@ class PeakSampler:
                 crossed.add(path)
         return domains, crossed
 
-    def _due(self, h: MemoryHierarchy, refs: Mapping[str, CgroupRef], now: float,
-             woken: set[str]) -> list[str]:
-        """The cgroups to read this tick (all of them where no slow pace fits)."""
-        pace = self._pace
-        for gone in [p for p in pace if p not in refs]:
-            del pace[gone]
-        if self._thresholds is not None:
-            self._thresholds.retain(refs)
-        for path in refs:
-            c = pace.get(path)
-            if c is None:
-                c = pace[path] = Cadence()
-                if self.tree is not None and self.tree.young(path):
-                    c.hold(now + cadence.YOUNG_HOLD)
-            if woken and (path in woken or any(path.startswith(w + "/") for w in woken)):
-                c.hold(now + cadence.FAST_HOLD)
-        if not self._adaptive:
-            return list(refs)
-        return [p for p, c in pace.items() if cadence.due(c, now)]
-
-    def _own_limit(self, h: MemoryHierarchy, path: str, now: float) -> int | None:
-        c = self._pace.get(path)
-        if c is None:
-            return None  # not tracked: its limit is the scrape's business
-        if now - c.limit_at >= cadence.LIMIT_EVERY:
-            c.limit_at = now
-            try:
-                c.own_limit = read_own_limit(h, path, self._files.read_text)
-            except (OSError, ValueError):
-                c.own_limit = None
-        return c.own_limit
-
-    def _limit(self, h: MemoryHierarchy, path: str, now: float) -> int | None:
-        """The smaller own limit of ``path`` and of its parent when tracked (a container
-        and its pod); None: neither has one."""
-        limits = [lim for lim in (self._own_limit(h, path, now),
-                                  self._own_limit(h, path.rpartition("/")[0], now))
-                  if lim is not None]
-        return min(limits) if limits else None
-
     def _paced(self, h: MemoryHierarchy, path: str, now: float, usage: int,
                lifetime: int | None) -> None:
-        if not self._adaptive:
+        if not self._pace.adaptive:
             return
-        limit = self._limit(h, path, now)
-        cadence.observe(self._pace[path], now, usage, lifetime, limit)
+        limit = self._pace.observe(path, now, usage, lifetime, lambda p: read_own_limit(
+            h, p, self._files.read_text))
         if self._thresholds is not None:
             fd = self._thresholds.arm(path, cadence.threshold(limit))
             if fd is not None and self._epoll is not None:
@@ -342,7 +301,10 @@ class PeakSampler:
         tracked = set(refs)
         readings: dict[str, int] = {}
         lifetimes: dict[str, int] = {}
-        for path in self._due(h, refs, now, notified | crossed):
+        if self._thresholds is not None:
+            self._thresholds.retain(refs)
+        young = self.tree.young if self.tree is not None else (lambda _: False)
+        for path in self._pace.due(refs, now, notified | crossed, young):
             try:
                 readings[path] = read_usage(h, path, self._files.read_text)
                 lp = read_lifetime_peak(h, path, self._files.read_text)
@@ -359,7 +321,7 @@ class PeakSampler:
         if self._members is not None and self._listener is not None and (
                 readings or notified):
             containers = [r.path for r in refs.values() if not r.is_pod_level]
-            last = {p: c.usage for p, c in self._pace.items() if c.usage is not None}
+            last = self._pace.usages()
             listing = self._members.refresh(
                 h, containers, usage={**last, **readings},
                 urgent=lambda p: any(p == d or p.startswith(d + "/") for d in notified))
@@ -390,8 +352,7 @@ class PeakSampler:
 
     def is_fast(self, path: str) -> bool:
         """Whether ``path`` is read every tick now (a racy glance from another thread)."""
-        c = self._pace.get(path)
-        return not self._adaptive or (c is not None and self._clock() < c.fast_until)
+        return self._pace.is_fast(path, self._clock())
 
     def peak(self, path: str) -> int | None:
         with self._lock:
