@@ -12,7 +12,8 @@ second (% of a core):
 - discovery by a scan (``CgroupTree`` without inotify): every directory listed each second;
 - kill counters by notification (``KillNotifier``: v2 inotify, v1 eventfd): one
   ``epoll_wait`` a tick for all domains;
-- kill counters by polling: every domain's counter file read each tick (before);
+- kill counters by polling: every domain's counter file read each tick (the fallback where
+  the kernel refuses a notification);
 - the member listing (``MemberTable``): each container's cgroup.procs read each tick,
   with ``--processes`` idle processes in them (RSS re-read every 5 s), and as the sampler
   runs it on an idle node (a cgroup whose usage did not move is listed every

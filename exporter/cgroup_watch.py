@@ -24,7 +24,7 @@ Kill counters need no polling either where the kernel notifies (``KillNotifier``
   fires when the cgroup goes out of memory, and again when the cgroup is removed. (Linux
   6.x logs once, at the first registration, that v1's oom_control is deprecated.)
 
-Domains whose notification could not be set up are read every tick, as before.
+Domains whose notification could not be set up are read every tick.
 """
 
 from __future__ import annotations

@@ -118,9 +118,6 @@ class WindowMax:
         self._expire(now)
         return self._items[0][1] if self._items else None
 
-    def __len__(self) -> int:
-        return len(self._items)
-
 
 class PeakSampler:
     """Started once (``start``) by the factory. Each scrape adds what its discovery found

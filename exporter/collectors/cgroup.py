@@ -416,9 +416,9 @@ class CgroupSource(SourceBase):
             self._node = NodeMemory(node_memory_bytes(meminfo),
                                     node_memory_bytes(meminfo, "MemAvailable"))
         except OSError:
-            # /proc gone (F18): the cgroup files still tell each cgroup's memory; node
-            # memory (the limit of an unlimited cgroup) keeps its last value. procfs and
-            # tmpfs report the outage.
+            # /proc unreadable (a broken mount, a namespace that hides it): the cgroup
+            # files still tell each cgroup's memory; node memory (the limit of an
+            # unlimited cgroup) keeps its last value. procfs and tmpfs report the outage.
             if self._node is None:
                 raise
         node = self._node
