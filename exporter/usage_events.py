@@ -14,7 +14,7 @@ import contextlib
 import os
 from collections.abc import Container, Iterable
 
-from exporter.paths import MemoryHierarchy
+from exporter.paths import FD_BUDGET, FdBudget, MemoryHierarchy
 
 
 def v1_event(h: MemoryHierarchy, path: str, control_file: str, args: str = "") -> int:
@@ -41,10 +41,13 @@ class UsageThresholds:
     """v1: the kernel wakes the sampler when a cgroup's usage crosses a threshold (an
     eventfd on ``memory.usage_in_bytes``), so a slow cgroup that climbs towards its limit
     between two slow readings is read at once. v2 has no such file: nothing is armed and
-    the pace alone decides. ``arm`` (re)arms one cgroup; ``ready(fd)`` names it."""
+    the pace alone decides. ``arm`` (re)arms one cgroup; ``ready(fd)`` names it. Each
+    eventfd counts against the process's descriptor budget: past it, a cgroup is left to
+    its pace."""
 
-    def __init__(self, hierarchy: MemoryHierarchy) -> None:
+    def __init__(self, hierarchy: MemoryHierarchy, budget: FdBudget = FD_BUDGET) -> None:
         self._h = hierarchy
+        self._budget = budget
         self._by_fd: dict[int, str] = {}
         self._of: dict[str, tuple[int, int]] = {}  # path -> (eventfd, threshold)
 
@@ -54,11 +57,12 @@ class UsageThresholds:
         if held is not None and held[1] == threshold:
             return None
         self.disarm([path])
-        if threshold is None or self._h.version != 1:
+        if threshold is None or self._h.version != 1 or not self._budget.take():
             return None
         try:
             efd = v1_event(self._h, path, "memory.usage_in_bytes", str(threshold))
         except OSError:
+            self._budget.give()
             return None  # refused: the slow pace still reads it every second
         self._by_fd[efd] = path
         self._of[path] = (efd, threshold)
@@ -70,6 +74,7 @@ class UsageThresholds:
             if held is not None:
                 self._by_fd.pop(held[0], None)
                 os.close(held[0])  # leaves epoll and the kernel's list by itself
+                self._budget.give()
 
     def retain(self, paths: Container[str]) -> None:
         """Disarm every cgroup not in ``paths`` (no longer tracked)."""

@@ -33,6 +33,7 @@ from exporter.config import (
     SamplerSettings,
 )
 from exporter.factory import Exporter as Pipeline
+from exporter.paths import FdBudget
 from exporter.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
 from tests.kernel import (
@@ -290,6 +291,7 @@ def test_v1_a_usage_threshold_wakes_the_sampler_when_crossed(tree: KubeTree) -> 
             return
         assert fd is not None
         assert thresholds.arm(container, 100 * MiB) is None  # the same: nothing new
+        assert UsageThresholds(tree.hierarchy, FdBudget(0)).arm(container, 100 * MiB) is None
         ep = select.epoll()
         ep.register(fd, select.EPOLLIN)
         assert ep.poll(0) == []
