@@ -2,6 +2,8 @@
 
     python3 -m benchmarks.scrape_cost [--containers 100] [--processes 500] [--scrapes 200]
     python3 -m benchmarks.scrape_cost --idle 20 [--repeat 5]     # idle cost only
+    python3 -m benchmarks.scrape_cost --containers 102 --processes 500 [--every 15]
+                                          # the node of the side-by-side figure: 34 pods
 
 (from the repository root: it builds the node with the kernel tier's cgroup helpers,
 ``tests/kernel.py``).
@@ -15,7 +17,8 @@ real exporter on it and measures:
   the background sampler used in the same wall time (measured separately, idle);
 - /metrics latency p50 / p99 (client side, loopback);
 - the exporter's RSS after the scrapes (and its high-water mark);
-- the sampler's idle CPU (no scrapes).
+- the sampler's idle CPU (no scrapes), and the cost in all at a scrape every
+  ``--every`` seconds (idle CPU plus CPU per scrape over the interval).
 
 ``--shm-pods K`` adds K pods with a private /dev/shm (a mount namespace, as a container
 has) holding two 1 MiB files: one held open by the pod's process, one orphaned, so the
@@ -25,8 +28,8 @@ mappings).
 pod is rescanned only when its tmpfs usage or processes change, or every 60 s).
 ``--idle SECONDS`` measures only the exporter's idle CPU (after one warm-up scrape, no
 scrapes at all: the sampler, discovery between scrapes, the kill watch), ``--repeat`` times,
-and prints each run and the median: on a shared machine the median of several windows is
-the figure to compare.
+and prints each run, the busiest threads (``main`` is the event loop) and the median: on a
+shared machine the median of several windows is the figure to compare.
 Needs root and a writable cgroup v1 memory controller (this machine's); prints a table.
 """
 
@@ -44,18 +47,45 @@ import time
 import urllib.request
 from pathlib import Path
 
+from exporter.oom.members import RSS_REFRESH
 from tests.kernel import kube_tree
 
 TICK = os.sysconf("SC_CLK_TCK")
+SETTLE = RSS_REFRESH + 1  # seconds after the warm-up before the idle figure
 
 
 def cpu_split(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) / TICK, int(fields[12]) / TICK  # utime, stime
+    return cpu_split_at(Path(f"/proc/{pid}/stat"))  # utime, stime
 
 
 def cpu_seconds(pid: int) -> float:
     return sum(cpu_split(pid))
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds per thread (the main thread's id is the pid: the event loop)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = sum(cpu_split_at(task / "stat"))
+        except (OSError, ValueError):
+            continue  # a thread that ended
+    return out
+
+
+def busiest(before: dict[int, float], after: dict[int, float], wall: float,
+            ) -> list[tuple[float, int]]:
+    """(share of a core, thread id), busiest first."""
+    return sorted(((after[t] - before.get(t, 0.0)) / wall, t) for t in after)[::-1]
+
+
+def shares(top: list[tuple[float, int]], pid: int) -> str:
+    return ", ".join(f"{'main' if t == pid else t} {share * 100:.2f}%" for share, t in top[:4])
+
+
+def cpu_split_at(stat: Path) -> tuple[float, float]:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def rss(pid: int) -> tuple[int, int]:
@@ -83,6 +113,8 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=0.0,
                     help="measure only idle CPU over windows of this many seconds")
     ap.add_argument("--repeat", type=int, default=5, help="idle windows (with --idle)")
+    ap.add_argument("--every", type=float, default=15.0,
+                    help="Prometheus's scrape interval, for the cost in all")
     args = ap.parse_args()
 
     sleepers: list[subprocess.Popen[bytes]] = []
@@ -141,10 +173,14 @@ def main() -> None:
                 idle_report(exporter.pid, args)
                 return
 
-            # The sampler's own cost, idle, to subtract from the scrape loop.
+            # The sampler's own cost, idle, to subtract from the scrape loop: once the
+            # start-up work is done (every member's name, then its first RSS re-read).
+            time.sleep(SETTLE)
             c0, t0 = cpu_seconds(exporter.pid), time.monotonic()
-            time.sleep(5)
+            threads0 = thread_cpu(exporter.pid)
+            time.sleep(10)
             idle_cpu_per_s = (cpu_seconds(exporter.pid) - c0) / (time.monotonic() - t0)
+            idle_threads = busiest(threads0, thread_cpu(exporter.pid), time.monotonic() - t0)
 
             latencies = []
             size = 0
@@ -182,7 +218,11 @@ def main() -> None:
     print(f"latency p50 / p99          {statistics.median(latencies) * 1000:.1f} ms / "
           f"{p99 * 1000:.1f} ms over {args.scrapes} scrapes")
     print(f"exporter RSS / high water  {now_rss / 2**20:.1f} MiB / {hwm / 2**20:.1f} MiB")
-    print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core")
+    print(f"sampler idle CPU           {idle_cpu_per_s * 100:.2f}% of a core "
+          f"({shares(idle_threads, exporter.pid)})")
+    print(f"in all, scraped every {args.every:g} s  "
+          f"{(idle_cpu_per_s + per_scrape / args.every) * 100:.2f}% of a core "
+          "(idle CPU + CPU per scrape / interval)")
     durations = {
         line.split('"')[1]: float(line.rsplit(" ", 1)[1]) * 1000
         for line in body.decode().splitlines()
@@ -198,17 +238,20 @@ def main() -> None:
 
 
 def idle_report(pid: int, args: argparse.Namespace) -> None:
-    time.sleep(2)  # let the first samples and any start-up work settle
+    time.sleep(SETTLE)  # let the first samples and any start-up work settle
     runs = []
+    threads0, w0 = thread_cpu(pid), time.monotonic()
     for _ in range(args.repeat):
         c0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(args.idle)
         runs.append((cpu_seconds(pid) - c0) / (time.monotonic() - t0))
+    top = busiest(threads0, thread_cpu(pid), time.monotonic() - w0)
     print(f"synthetic node: {args.containers} containers in {(args.containers + 2) // 3} pods, "
           f"{args.processes} processes, sampler every {args.sampler_interval}")
     print("idle CPU per window        " + ", ".join(f"{r * 100:.2f}%" for r in runs))
     print(f"idle CPU median            {statistics.median(runs) * 100:.2f}% of a core "
           f"({args.repeat} x {args.idle:g} s, no scrapes)")
+    print(f"idle CPU per thread        {shares(top, pid)}")
 
 
 if __name__ == "__main__":

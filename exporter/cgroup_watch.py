@@ -24,7 +24,7 @@ Kill counters need no polling either where the kernel notifies (``KillNotifier``
   fires when the cgroup goes out of memory, and again when the cgroup is removed. (Linux
   6.x logs once, at the first registration, that v1's oom_control is deprecated.)
 
-Domains whose notification could not be set up are read every tick, as before.
+Domains whose notification could not be set up are read every tick.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from exporter.model import CgroupRef
 from exporter.paths import MemoryHierarchy
+from exporter.usage_events import v1_event
 from exporter.workloads import _POD_RE, _QOS_RE, parse_container_dir, parse_pod_dir
 
 log = logging.getLogger(__name__)
@@ -326,21 +327,7 @@ class KillNotifier:
         return True
 
     def _register_v1(self, path: str) -> None:
-        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        try:
-            ofd = os.open(self._h.file(path, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                control = os.open(self._h.file(path, "cgroup.event_control"),
-                                  os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.write(control, f"{efd} {ofd}".encode())
-                finally:
-                    os.close(control)
-            finally:
-                os.close(ofd)  # the kernel keeps the registration, not this descriptor
-        except OSError:
-            os.close(efd)
-            raise
+        efd = v1_event(self._h, path, "memory.oom_control")
         self._eventfd[efd] = path
         self._fd_of[path] = efd
 
@@ -393,4 +380,5 @@ class KillNotifier:
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
+
 

@@ -21,6 +21,11 @@ them), and every tick only for domains whose notification could not be armed. A 
 domain is read again on the next ``ECHO_READS`` ticks: v1's eventfd fires at the OOM,
 before the kill, and a read that races the killer would see the old count.
 
+**Fast only where it matters** (``cadence.py``): a cgroup is read every tick while it is
+near its limit, ramping, notified or young, and once per clock second otherwise; on v1
+the kernel wakes a slow one that crosses ``cadence.NEAR`` of its limit (a usage
+threshold).
+
 **Who is in each container** (``oom/members.py``): each tick, after the counters and the
 usage readings, the members of each tracked container whose usage moved (each at least
 every second) are listed, so a kill is named without the kernel log (see the OOM
@@ -37,18 +42,22 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from exporter import cadence
+from exporter.cadence import Pace
 from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import (
     CgroupGone,
     KillCounters,
     read_kill_counters,
     read_lifetime_peak,
+    read_own_limit,
     read_usage,
 )
 from exporter.model import CgroupRef
 from exporter.oom.members import MemberTable
 from exporter.oom.watcher import ProcessEntry
 from exporter.paths import MemoryHierarchy, OpenFiles
+from exporter.usage_events import UsageThresholds
 
 
 @dataclass(frozen=True)
@@ -109,9 +118,6 @@ class WindowMax:
         self._expire(now)
         return self._items[0][1] if self._items else None
 
-    def __len__(self) -> int:
-        return len(self._items)
-
 
 class PeakSampler:
     """Started once (``start``) by the factory. Each scrape adds what its discovery found
@@ -144,9 +150,12 @@ class PeakSampler:
         self._use_inotify = use_inotify
         self._watch_at = -1e18
         self._resync_at = -1e18
+        self._sweep_at = -1e18
         # The sampling thread's own state:
         self.tree: CgroupTree | None = None
         self._notifier: KillNotifier | None = None
+        self._thresholds: UsageThresholds | None = None
+        self._pace = Pace(cadence.adaptive(interval, window))
         self._epoll: select.epoll | None = None
         self._domains: dict[str, Domain] = {}
         self._echo: dict[str, int] = {}  # notified domain -> reads still due
@@ -193,6 +202,7 @@ class PeakSampler:
         if self._notifier is not None:
             return
         self._notifier = KillNotifier(h)
+        self._thresholds = UsageThresholds(h)
         try:
             self._epoll = select.epoll()
         except OSError:
@@ -232,14 +242,29 @@ class PeakSampler:
             self._notifier.unregister(removed)  # closed descriptors leave epoll by themselves
         return added, removed
 
-    def _notified(self) -> set[str]:
-        """Domains the kernel said moved since the last pass (one epoll_wait for all)."""
+    def _notified(self) -> tuple[set[str], set[str]]:
+        """Domains the kernel said moved since the last pass, and cgroups that crossed
+        their usage threshold (one epoll_wait for all)."""
         if self._epoll is None or self._notifier is None:
-            return set()
-        out: set[str] = set()
+            return set(), set()
+        domains: set[str] = set()
+        crossed: set[str] = set()
         for fd, _ in self._epoll.poll(0):
-            out.update(self._notifier.ready(fd))
-        return out
+            domains.update(self._notifier.ready(fd))
+            if self._thresholds is not None and (path := self._thresholds.ready(fd)):
+                crossed.add(path)
+        return domains, crossed
+
+    def _paced(self, h: MemoryHierarchy, path: str, now: float, usage: int,
+               lifetime: int | None) -> None:
+        if not self._pace.adaptive:
+            return
+        limit = self._pace.observe(path, now, usage, lifetime, lambda p: read_own_limit(
+            h, p, self._files.read_text))
+        if self._thresholds is not None:
+            fd = self._thresholds.arm(path, cadence.threshold(limit))
+            if fd is not None and self._epoll is not None:
+                self._epoll.register(fd, select.EPOLLIN)
 
     def sample_once(self) -> None:
         now = self._clock()
@@ -251,10 +276,9 @@ class PeakSampler:
         # Kill counters first: a peak that led to a kill read below is then in the
         # flight recorder before the kill is published.
         counters: dict[str, KillCounters] = {}
-        notified: set[str] = set()
+        notified, crossed = self._notified()
         if self._listener is not None:
             notifier = self._notifier
-            notified = self._notified()
             due = notified | set(added) | set(self._echo)
             self._echo = {p: n - 1 for p, n in self._echo.items() if n > 1}
             self._echo.update(dict.fromkeys(notified, ECHO_READS))
@@ -274,7 +298,10 @@ class PeakSampler:
         tracked = set(refs)
         readings: dict[str, int] = {}
         lifetimes: dict[str, int] = {}
-        for path in tracked:
+        if self._thresholds is not None:
+            self._thresholds.retain(refs)
+        young = self.tree.young if self.tree is not None else (lambda _: False)
+        for path in self._pace.due(refs, now, notified | crossed, young):
             try:
                 readings[path] = read_usage(h, path, self._files.read_text)
                 lp = read_lifetime_peak(h, path, self._files.read_text)
@@ -282,12 +309,18 @@ class PeakSampler:
                 continue  # the cgroup went away
             if lp is not None:
                 lifetimes[path] = lp
-        self._files.sweep()
+            self._paced(h, path, now, readings[path], lp)
+        if now >= self._sweep_at:  # a slow cgroup's files are used once a second
+            self._sweep_at = now + cadence.SLOW * 2
+            self._files.sweep()
         members = departed = None
-        if self._members is not None and self._listener is not None:
+        # A cgroup not read this pass did not move: nothing to list unless notified.
+        if self._members is not None and self._listener is not None and (
+                readings or notified):
             containers = [r.path for r in refs.values() if not r.is_pod_level]
+            last = self._pace.usages()
             listing = self._members.refresh(
-                h, containers, usage=readings,
+                h, containers, usage={**last, **readings},
                 urgent=lambda p: any(p == d or p.startswith(d + "/") for d in notified))
             members, departed = listing.members, listing.departed
         values: dict[str, int] = {}
@@ -313,6 +346,10 @@ class PeakSampler:
         if self._listener is not None:
             self._listener(Sample(values, counters, added, removed, tuple(found),
                                   members, departed or ()))
+
+    def is_fast(self, path: str) -> bool:
+        """Whether ``path`` is read every tick now (a racy glance from another thread)."""
+        return self._pace.is_fast(path, self._clock())
 
     def peak(self, path: str) -> int | None:
         with self._lock:
@@ -354,6 +391,8 @@ class PeakSampler:
             self.tree.close()
         if self._notifier is not None:
             self._notifier.close()
+        if self._thresholds is not None:
+            self._thresholds.close()
         if self._epoll is not None:
             self._epoll.close()
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from exporter.config import (
     SamplerSettings,
 )
 from exporter.factory import Exporter as Pipeline
+from exporter.paths import FdBudget
+from exporter.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
 from tests.kernel import (
     Grower,
@@ -62,12 +65,12 @@ def tree() -> Iterator[KubeTree]:
 
 
 def make_pipeline(tree: KubeTree, sampler_interval: float = 0.2,
-                  flight_recorder_dir: Path | None = None,
+                  flight_recorder_dir: Path | None = None, sampler_window: float = 30.0,
                   kmsg: Path | None = Path("/dev/kmsg")) -> Pipeline:
     """The real exporter on this kernel, started (its sampler runs)."""
     cfg = Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
         DiscoverySettings(kubepods_path=tree.kubepods, host_vllm=False),  # hermetic
-        SamplerSettings(interval=sampler_interval),
+        SamplerSettings(interval=sampler_interval, window=sampler_window),
         PathSettings(kmsg=kmsg),
         RecorderSettings(dir=flight_recorder_dir),
     )
@@ -229,6 +232,79 @@ async def test_a_burst_shorter_than_the_sampling_interval_is_caught(
         g.close()
     base = s0.get("headroom_memory_usage_bytes")
     assert s1.get("headroom_memory_peak_bytes") >= base + 140 * MiB
+
+
+async def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60  # generous: the sampler thread may be starved
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def test_an_idle_cgroup_that_ramps_is_read_fast_in_time_to_catch_its_peak(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    """Far from its limit and still, a cgroup is read once a second; a ramp switches it to
+    every tick. The peak here sets no new lifetime high (an earlier burst did, and has left
+    the 3 s window), so only the sampler's own readings can show it."""
+    uid, pod = tree.pod(limit=1024 * MiB)
+    cid, container = tree.container(pod)
+    p = make_pipeline(tree, sampler_interval=0.2, sampler_window=3.0)
+    pipelines.append(p)
+    sampler = p.sampler
+    assert sampler is not None
+    g = Grower(tree.hierarchy, container)
+    path = container
+    try:
+        s0 = await scrape(p, uid, cid)
+        base = s0.get("headroom_memory_usage_bytes")
+        g.send("burst 300 100")  # the lifetime peak: base + 300 MiB
+        await wait_until(lambda: sampler.is_fast(path), "a lifetime peak rise not seen")
+        await wait_until(lambda: not sampler.is_fast(path), "never went back to slow")
+        await asyncio.sleep(3.5)  # the burst leaves the window
+        assert (sampler.peak(path) or 0) < base + 100 * MiB
+        for _ in range(8):  # 200 MiB in about 1.5 s, below the lifetime peak
+            g.send("anon 25")
+            await asyncio.sleep(0.15)
+        fast_at_top = sampler.is_fast(path)
+        await asyncio.sleep(0.6)  # the top, held 0.6 s: a slow pace may read it or not
+        g.send("free")
+        await wait_samples(p, 2)
+        s1 = await scrape(p, uid, cid)
+    finally:
+        g.close()
+    assert fast_at_top
+    assert s1.get("headroom_memory_usage_bytes") < base + 20 * MiB
+    assert s1.get("headroom_memory_peak_bytes") >= base + 190 * MiB
+
+
+def test_v1_a_usage_threshold_wakes_the_sampler_when_crossed(tree: KubeTree) -> None:
+    """The kernel's own wake-up for a slow cgroup climbing towards its limit (v1 only:
+    v2 has no usage threshold, nothing is armed there)."""
+    _, pod = tree.pod(limit=1024 * MiB)
+    _, container = tree.container(pod)
+    thresholds = UsageThresholds(tree.hierarchy)
+    g = Grower(tree.hierarchy, container)
+    try:
+        fd = thresholds.arm(container, 100 * MiB)
+        if tree.version == 2:
+            assert fd is None
+            return
+        assert fd is not None
+        assert thresholds.arm(container, 100 * MiB) is None  # the same: nothing new
+        assert UsageThresholds(tree.hierarchy, FdBudget(0)).arm(container, 100 * MiB) is None
+        ep = select.epoll()
+        ep.register(fd, select.EPOLLIN)
+        assert ep.poll(0) == []
+        g.send("anon 150")
+        deadline = time.monotonic() + 60
+        while not ep.poll(0.1):
+            assert time.monotonic() < deadline, "the threshold never fired"
+        assert thresholds.ready(fd) == container
+        assert ep.poll(0) == []  # reset by ready: the next crossing wakes it again
+        ep.close()
+    finally:
+        g.close()
+        thresholds.close()
 
 
 @pytest.mark.parametrize("kmsg", [True, False], ids=["kmsg", "no-kmsg"])

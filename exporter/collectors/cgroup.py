@@ -353,6 +353,15 @@ def read_lifetime_peak(
         return None
 
 
+def read_own_limit(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text,
+                   ) -> int | None:
+    """The cgroup's own limit (not its ancestors'): v2 memory.max, v1
+    memory.limit_in_bytes; None when unlimited or absent (the sampler's pace)."""
+    name = "memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes"
+    text = _read(read, hierarchy.file(rel, name))
+    return None if text is None else parse_limit(text)
+
+
 def read_kill_counters(hierarchy: MemoryHierarchy, rel: str, read: Reader = read_text) -> (
     KillCounters | None
 ):
@@ -407,9 +416,9 @@ class CgroupSource(SourceBase):
             self._node = NodeMemory(node_memory_bytes(meminfo),
                                     node_memory_bytes(meminfo, "MemAvailable"))
         except OSError:
-            # /proc gone (F18): the cgroup files still tell each cgroup's memory; node
-            # memory (the limit of an unlimited cgroup) keeps its last value. procfs and
-            # tmpfs report the outage.
+            # /proc unreadable (a broken mount, a namespace that hides it): the cgroup
+            # files still tell each cgroup's memory; node memory (the limit of an
+            # unlimited cgroup) keeps its last value. procfs and tmpfs report the outage.
             if self._node is None:
                 raise
         node = self._node

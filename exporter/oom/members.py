@@ -15,10 +15,11 @@ kernel's cached list for about a second), and keeps, per cgroup, its members
 last-known RSS) that departed its kill domain since the kill counter last read lower.
 
 Names are read once per process (status and cmdline, when a pid first appears); RSS is
-read then, again every ``RSS_REFRESH``, and at once for the cgroups of a kill domain the
-kernel just notified (v1 ``oom_control`` fires at the OOM, before the kill; v2
-``memory.events`` moves with ``max`` and ``oom`` before ``oom_kill``), so the figure that
-picks the victim is the one from just before the kill.
+read then, again every ``RSS_REFRESH`` while the cgroup's usage moves (every ``RSS_IDLE``
+while it does not: its members' RSS cannot have moved much either), and at once for the
+cgroups of a kill domain the kernel just notified (v1 ``oom_control`` fires at the OOM,
+before the kill; v2 ``memory.events`` moves with ``max`` and ``oom`` before
+``oom_kill``), so the figure that picks the victim is the one from just before the kill.
 
 Bounds, whatever a pod does: at most ``MAX_MEMBERS`` processes followed per cgroup and
 ``MAX_TOTAL`` on the node, ``NEW_PER_PASS`` new processes read per pass (a fork storm is
@@ -47,7 +48,8 @@ MAX_TOTAL = 32768  # processes followed on the node (about 5 MiB of entries)
 NEW_PER_PASS = 256  # new processes read per pass, all cgroups together
 MAX_DEPARTED = 1024  # departures reported per pass
 RSS_REFRESH = 5.0  # seconds between RSS reads of a cgroup's members, unless notified
-LIST_EVERY = 1.0  # seconds between listings of a cgroup whose usage did not move
+RSS_IDLE = 30.0  # the same for a cgroup whose usage did not move since the last RSS read
+LIST_EVERY = 5.0  # seconds between listings of a cgroup whose usage did not move
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Cgroup:
     rss_at: float = -1e18
     listed_at: float = -1e18
     usage: int | None = None  # at the last listing
+    rss_usage: int | None = None  # at the last RSS read
 
 
 @dataclass(frozen=True)
@@ -120,9 +123,10 @@ class MemberTable:
             now_listed = set(listed[:MAX_MEMBERS])
             for pid in [p for p in cg.members if p not in now_listed]:
                 departed.append((path, cg.members.pop(pid)))
-            refresh_rss = hot or now - cg.rss_at >= RSS_REFRESH
-            if refresh_rss:
-                cg.rss_at = now
+            since = now - cg.rss_at
+            moved = now_usage is None or now_usage != cg.rss_usage
+            if hot or since >= RSS_IDLE or (moved and since >= RSS_REFRESH):
+                cg.rss_at, cg.rss_usage = now, now_usage
                 for pid, m in list(cg.members.items()):
                     rss = self._rss(pid)
                     if rss is None:  # a zombie, or gone since the listing

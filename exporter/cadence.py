@@ -1,0 +1,157 @@
+"""How often the peak sampler reads each cgroup: every tick only where a peak can matter.
+
+Reading usage of every tracked cgroup every 200 ms is most of what headroom costs an idle
+node, yet most cgroups sit still far below their limit. So a cgroup is read every tick
+(*fast*) only while:
+
+- it is near its limit (``NEAR`` of the smallest limit on its tracked path): a spike
+  there is the one that kills, and it may not raise the kernel's lifetime peak (a cgroup
+  that once hit its limit keeps that peak forever);
+- it is ramping: it rose by ``RISE_SHARE`` of its limit (at least ``RISE_FLOOR``) since
+  its previous reading, or its lifetime peak rose (a burst between two readings);
+- the kernel said it moved: its kill domain was notified, or (v1) it crossed its usage
+  threshold (``cgroup_watch.UsageThresholds``);
+- it is young: it appeared after the sampler's first listing (a model load, a crash loop:
+  the most common OOM is the young one).
+
+Each of the last three keeps it fast for ``FAST_HOLD`` seconds (``YOUNG_HOLD`` for a
+young one). Every other cgroup is read once per clock second, which bounds what slow
+costs: a spike lasting a second or more is always read; a shorter one is read when it
+sets a new lifetime peak (the kernel's ``memory.max_usage_in_bytes`` / ``memory.peak``,
+read with usage); the flight recorder keeps one reading per second either way. A sampler
+whose interval or window leaves no room for a slow pace reads everything every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+NEAR = 0.8  # share of the limit from which a cgroup is read every tick
+RISE_SHARE = 0.02  # a rise of this share of the limit between two readings is a ramp
+RISE_FLOOR = 16 << 20  # and at least this many bytes (page cache churn is not a ramp)
+FAST_HOLD = 5.0  # seconds a ramp or a notification keeps a cgroup fast
+YOUNG_HOLD = 30.0  # seconds a cgroup that appeared after the start is fast
+SLOW = 1.0  # seconds: the slow pace, the flight recorder's resolution
+LIMIT_EVERY = 10.0  # seconds between reads of a cgroup's own limit (it rarely changes)
+
+
+@dataclass
+class Cadence:
+    """One cgroup's pace, owned by the sampling thread."""
+
+    usage: int | None = None  # the last reading
+    lifetime: int | None = None  # the last lifetime peak read
+    read_at: float = -1e18
+    fast_until: float = -1e18
+    own_limit: int | None = None  # memory.limit_in_bytes / memory.max; None: unlimited
+    limit_at: float = -1e18
+
+    def hold(self, until: float) -> None:
+        self.fast_until = max(self.fast_until, until)
+
+
+def adaptive(interval: float, window: float) -> bool:
+    """Whether a slow pace fits: ticks faster than it, and a window that always holds a
+    slow reading (else ``peak`` could find the window empty between two)."""
+    return interval < SLOW and window >= 2 * SLOW
+
+
+def is_near(usage: int, limit: int | None) -> bool:
+    return limit is not None and usage >= NEAR * limit
+
+
+def is_ramp(before: int | None, after: int, limit: int | None) -> bool:
+    if before is None:
+        return False
+    step = RISE_FLOOR if limit is None else max(RISE_FLOOR, int(RISE_SHARE * limit))
+    return after - before >= step
+
+
+def due(c: Cadence, now: float) -> bool:
+    """Read this tick: fast (held), or the first tick of a new clock second since the
+    last reading (so every second has one)."""
+    return now < c.fast_until or int(now) != int(c.read_at)
+
+
+def observe(c: Cadence, now: float, usage: int, lifetime: int | None,
+            limit: int | None) -> None:
+    """A reading: what decides the next ticks' pace."""
+    rose = (lifetime is not None and c.lifetime is not None and lifetime > c.lifetime)
+    if rose or is_ramp(c.usage, usage, limit):
+        c.hold(now + FAST_HOLD)
+    if is_near(usage, limit):
+        c.hold(now + SLOW)  # read again next tick, and the next, while it stays near
+    c.usage, c.read_at = usage, now
+    if lifetime is not None:
+        c.lifetime = lifetime
+
+
+def threshold(limit: int | None) -> int | None:
+    """Where the kernel should wake the sampler for a slow cgroup (v1 usage threshold)."""
+    return None if limit is None else int(NEAR * limit)
+
+
+class Pace:
+    """Every tracked cgroup's ``Cadence`` (the sampling thread's; ``is_fast`` is a racy
+    glance from another thread). ``adaptive`` False: every cgroup is due every tick."""
+
+    def __init__(self, adaptive: bool) -> None:
+        self.adaptive = adaptive
+        self._of: dict[str, Cadence] = {}
+
+    def due(self, tracked: Collection[str], now: float, woken: Collection[str],
+            young: Callable[[str], bool]) -> list[str]:
+        """The cgroups to read this tick; ``woken``: cgroups (and their descendants) the
+        kernel just notified; ``young``: appeared after the first listing."""
+        pace = self._of
+        for gone in [p for p in pace if p not in tracked]:
+            del pace[gone]
+        for path in tracked:
+            c = pace.get(path)
+            if c is None:
+                c = pace[path] = Cadence()
+                if young(path):
+                    c.hold(now + YOUNG_HOLD)
+            if woken and (path in woken or any(path.startswith(w + "/") for w in woken)):
+                c.hold(now + FAST_HOLD)
+        if not self.adaptive:
+            return list(tracked)
+        return [p for p, c in pace.items() if due(c, now)]
+
+    def observe(self, path: str, now: float, usage: int, lifetime: int | None,
+                read_limit: Callable[[str], int | None]) -> int | None:
+        """A reading of ``path`` (due this tick); the limit its pace used."""
+        limit = self._limit(path, now, read_limit)
+        observe(self._of[path], now, usage, lifetime, limit)
+        return limit
+
+    def _own_limit(self, path: str, now: float,
+                   read_limit: Callable[[str], int | None]) -> int | None:
+        c = self._of.get(path)
+        if c is None:
+            return None  # not tracked: its limit is the scrape's business
+        if now - c.limit_at >= LIMIT_EVERY:
+            c.limit_at = now
+            try:
+                c.own_limit = read_limit(path)
+            except (OSError, ValueError):
+                c.own_limit = None
+        return c.own_limit
+
+    def _limit(self, path: str, now: float,
+               read_limit: Callable[[str], int | None]) -> int | None:
+        """The smaller own limit of ``path`` and of its parent when tracked (a container
+        and its pod); None: neither has one."""
+        limits = [lim for lim in (self._own_limit(path, now, read_limit),
+                                  self._own_limit(path.rpartition("/")[0], now, read_limit))
+                  if lim is not None]
+        return min(limits) if limits else None
+
+    def usages(self) -> Mapping[str, int]:
+        """Each cgroup's last reading (a cgroup not read this tick did not move)."""
+        return {p: c.usage for p, c in self._of.items() if c.usage is not None}
+
+    def is_fast(self, path: str, now: float) -> bool:
+        c = self._of.get(path)
+        return not self.adaptive or (c is not None and now < c.fast_until)

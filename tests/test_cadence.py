@@ -1,0 +1,67 @@
+"""The sampler's pace per cgroup (exporter/cadence.py): fast only near the limit, on a
+ramp, after a notification or while young; once per clock second otherwise."""
+
+from __future__ import annotations
+
+from exporter import cadence
+from exporter.cadence import Cadence
+
+MiB = 1 << 20
+LIMIT = 1024 * MiB
+
+
+def reads(c: Cadence, start: float, seconds: float, usage: int, tick: float = 0.2,
+          lifetime: int | None = None) -> list[float]:
+    """The ticks at which ``c`` is read over ``seconds`` of 200 ms ticks."""
+    out = []
+    for i in range(int(seconds / tick)):
+        now = start + i * tick
+        if cadence.due(c, now):
+            cadence.observe(c, now, usage, lifetime, LIMIT)
+            out.append(now)
+    return out
+
+
+def test_a_still_cgroup_far_from_its_limit_is_read_once_per_clock_second() -> None:
+    c = Cadence()
+    got = reads(c, 100.1, 10.0, 100 * MiB)
+    assert sorted({int(t) for t in got}) == list(range(100, 110))  # every second has one
+    assert len(got) == 10
+
+
+def test_near_the_limit_every_tick() -> None:
+    c = Cadence()
+    assert len(reads(c, 100.0, 2.0, int(0.85 * LIMIT))) == 10
+
+
+def test_a_ramp_switches_to_every_tick_and_back_after_the_hold() -> None:
+    c = Cadence()
+    cadence.observe(c, 100.0, 100 * MiB, None, LIMIT)
+    assert not cadence.due(c, 100.2)
+    cadence.observe(c, 101.0, 150 * MiB, None, LIMIT)  # +50 MiB in a second: a ramp
+    got = reads(c, 101.2, 8.0, 150 * MiB)  # then still
+    fast = [t for t in got if t < 101.0 + cadence.FAST_HOLD]
+    assert len(fast) == 24  # every tick of the hold
+    assert len(got) - len(fast) == 4  # then once a second: 106, 107, 108, 109
+
+
+def test_small_moves_and_falls_are_no_ramp() -> None:
+    assert not cadence.is_ramp(100 * MiB, 110 * MiB, LIMIT)  # under the floor and 2 %
+    assert not cadence.is_ramp(500 * MiB, 100 * MiB, LIMIT)
+    assert cadence.is_ramp(100 * MiB, 100 * MiB + cadence.RISE_FLOOR, None)
+    assert not cadence.is_ramp(None, 900 * MiB, LIMIT)  # a first reading
+
+
+def test_a_lifetime_peak_rise_is_a_burst_in_between() -> None:
+    c = Cadence()
+    cadence.observe(c, 100.0, 100 * MiB, 400 * MiB, LIMIT)
+    cadence.observe(c, 101.0, 100 * MiB, 600 * MiB, LIMIT)
+    assert cadence.due(c, 101.2)
+
+
+def test_no_slow_pace_where_it_does_not_fit() -> None:
+    assert cadence.adaptive(0.2, 15.0)
+    assert not cadence.adaptive(1.0, 15.0)  # ticks no faster than the slow pace
+    assert not cadence.adaptive(0.2, 1.5)  # a window that could miss a slow reading
+    assert cadence.threshold(LIMIT) == int(cadence.NEAR * LIMIT)
+    assert cadence.threshold(None) is None
