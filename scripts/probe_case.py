@@ -44,7 +44,7 @@ def load(name: str) -> tuple[Case, int]:
 
 def moments(case: Case, before: str | None, every: str | None, last: str | None
             ) -> list[int]:
-    step = case.step_s
+    step = case.evaluation_s
     if before:
         out = [case.end_s - evaluate._seconds(x) for x in before.split(",")]
     else:

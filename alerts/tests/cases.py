@@ -216,6 +216,12 @@ class Case:
     quiet_after_s: int | None = None
     # Samples fall half way between evaluations (the second evaluation phase).
     phase_shifted: bool = False
+    # The rules' evaluation interval (0: the scrape interval, step_s).
+    eval_s: int = 0
+
+    @property
+    def evaluation_s(self) -> int:
+        return self.eval_s or self.step_s
 
     @property
     def times(self) -> range:

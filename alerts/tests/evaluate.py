@@ -124,7 +124,7 @@ CHUNK_STEPS = 800
 def stats_query(case: Case, inhibit: bool, span_s: int) -> str:
     """Episodes begun and the first beginning per alert over the span up to the query's
     evaluation time."""
-    step = duration(case.step_s)
+    step = duration(case.evaluation_s)
     starts = f"({notified('', inhibit)} unless {notified(step, inhibit)})"
     rng = f"[{duration(span_s)}:{step}]"
     by = ", ".join(KEY_LABELS)
@@ -142,7 +142,7 @@ def stats_query(case: Case, inhibit: bool, span_s: int) -> str:
 
 def chunks(case: Case) -> list[tuple[int, int]]:
     """(until, span) pairs covering (0, end] in CHUNK_STEPS evaluations each."""
-    span = CHUNK_STEPS * case.step_s
+    span = CHUNK_STEPS * case.evaluation_s
     return [(min(u, case.end_s), min(u, case.end_s) - (u - span))
             for u in range(span, case.end_s + span, span)]
 
@@ -150,7 +150,7 @@ def chunks(case: Case) -> list[tuple[int, int]]:
 def test_file(case: Case, rules: list[Path], inhibit: bool) -> dict[str, Any]:
     return {
         "rule_files": [str(p) for p in rules],
-        "evaluation_interval": duration(case.step_s),
+        "evaluation_interval": duration(case.evaluation_s),
         "group_eval_order": [g for p in rules for g in rule_groups(p)],
         "tests": [{
             "name": case.name,

@@ -54,6 +54,9 @@ PAGE_MIN_LEAD_S = 45 * MINUTE  # a pattern slower than that
 FAST_PAGE_MIN_LEAD_S = 15 * MINUTE  # a 50-minute ramp
 SLOW_PAGE_MAX_LEAD_S = 4 * HOUR  # "not more than a few hours before"
 MAX_NOTIFICATIONS = 3  # per incident
+# The rules are evaluated every minute (Prometheus's default), or at the scrape
+# interval where scrapes are slower: the slowest supported evaluation interval is 120 s.
+EVAL_S = 60
 VARIANTS = ("shipped", "phase", "shortened")
 OOM = "HeadroomPodOOMKilled"
 HIDDEN = "HeadroomHiddenMemoryGrowth"
@@ -118,11 +121,13 @@ def _killed(name: str, step: int, kill: int, rec: Recorder, pod: str, *,
     return Case(name, name, "", step, kill, dict(rec.out), killed=True,
                 expect=frozenset(expect), allow=allow | _pod_alerts(pod, (container,)),
                 min_lead_s=leads, max_page_lead_s=page_max,
-                max_episodes=MAX_NOTIFICATIONS, **kw)  # type: ignore[arg-type]
+                max_episodes=MAX_NOTIFICATIONS, eval_s=max(step, EVAL_S),
+                **kw)  # type: ignore[arg-type]
 
 
 def _healthy(name: str, step: int, end: int, rec: Recorder, **kw: object) -> Case:
-    return Case(name, name, "", step, end, dict(rec.out), **kw)  # type: ignore[arg-type]
+    return Case(name, name, "", step, end, dict(rec.out), eval_s=max(step, EVAL_S),
+                **kw)  # type: ignore[arg-type]
 
 
 def _zero_while(fn: Fn) -> Fn:

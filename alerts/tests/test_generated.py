@@ -75,7 +75,7 @@ def test_the_second_phase_samples_between_evaluations() -> None:
     doc = evaluate.test_file(d.case, [], inhibit=True)
     test = doc["tests"][0]
     assert test["interval"] == f"{d.case.step_s * 500}ms"
-    assert doc["evaluation_interval"] == duration(d.case.step_s)
+    assert doc["evaluation_interval"] == duration(max(d.case.step_s, generator.EVAL_S))
     assert test["input_series"][0]["values"].startswith("_ ")
 
 
