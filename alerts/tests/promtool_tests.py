@@ -131,6 +131,26 @@ def _near_limit(cfg: Config) -> Test:
     }
 
 
+def _near_limit_flat(cfg: Config) -> Test:
+    """A pod that sits flat at 96 % of a big limit (its memory moves by 16 MiB, the 3.2
+    GiB left is far beyond its swing) is not an OOM kill in the making: no page."""
+    limit = 80 * GiB
+    level = 0.96 * limit
+    wobble = " ".join(str(_n(level + (16 * MiB if i % 2 else 0))) for i in range(121))
+    expr = 'ALERTS{alertname="HeadroomMemoryNearLimit", alertstate="firing"}'
+    return {
+        "name": "HeadroomMemoryNearLimit: flat at 96 % of a big limit, no page",
+        "interval": "1m",
+        "input_series": [
+            _s(c.MEMORY_LIMIT_BYTES.name, f"{_n(limit)}x120", **_w()),
+            _s(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobble, **_w()),
+            _s("up", "1x120"),
+        ],
+        "promql_expr_test": [{"expr": expr, "eval_time": _dur(m * MINUTE),
+                              "exp_samples": []} for m in (30, 60, 120)],
+    }
+
+
 def _filling_up_critical(cfg: Config) -> Test:
     # Grows 1 MiB/s from 20 GiB; the limit drops at minute 60 so that 30 minutes of
     # growth are left: the 1 h prediction crosses the limit, 93% is used.
@@ -511,7 +531,7 @@ def unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "evaluation_interval": "1m",
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (
-            _near_limit, _filling_up_critical, _reclaim, _shm, _kv, _oom, _stale_shm,
+            _near_limit, _near_limit_flat, _filling_up_critical, _reclaim, _shm, _kv, _oom, _stale_shm,
             _node_pressure, _meta,
         )],
     }
