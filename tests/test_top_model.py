@@ -235,7 +235,7 @@ def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
             f'process="{evil}",kind="rss_anon"}} 5\n')
     st = State("x")
     apply(st, Read(0.0, pods=parse(text)))
-    st.detail = next(iter(st.pods))
+    st.detail = next(iter(st.procs))
     shown = [t for t, _ in draw(st, 100, 10)]
     st.detail = None
     shown += [t for t, _ in draw(st, 100, 10)]
@@ -290,9 +290,9 @@ def test_reader_reads_in_the_background_and_reports_errors() -> None:
         st = State(base)
         assert got[0] is not None and got[2] is not None, got
         apply(st, got[0])
-        assert ("llm-serving", "llama-70b-0") in st.pods and st.error == ""
+        assert ("llm-serving", "llama-70b-0") in st.procs and st.error == ""
         apply(st, got[2])
-        assert "URLError" in st.error and st.pods  # the last good read stays on screen
+        assert "URLError" in st.error and st.procs  # the last good read stays on screen
     finally:
         release.set()
         for r in readers:
