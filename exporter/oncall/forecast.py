@@ -415,10 +415,18 @@ def process_growth(processes: Mapping[str, Sequence[Point]], now: float, w: Wind
 
 
 def _top(rates: Mapping[str, float], order: Sequence[str] = ()) -> str | None:
-    """topk(1): the largest; on an exact tie (topk's pick is arbitrary) the first in
-    ``order``, then by name."""
+    """topk(1): the largest. Within ``TIE`` of it (topk's pick among equals is arbitrary;
+    /dev/shm files are shmem and hidden too, growing at the same rate) the first in
+    ``order``: the more specific name says where to look."""
+    if not rates:
+        return None
+    best = max(rates.values())
     rank = {k: i for i, k in enumerate(order)}
-    return min(rates, key=lambda k: (-rates[k], rank.get(k, len(rank)), k), default=None)
+    near = [k for k, r in rates.items() if r >= best - TIE * abs(best)]
+    return min(near, key=lambda k: (rank.get(k, len(rank)), -rates[k], k))
+
+
+TIE = 1e-6  # relative: rates this close are one rate read twice
 
 
 def top_grower(kinds: Mapping[str, float], processes: Mapping[str, float]
