@@ -52,7 +52,6 @@ INSTANCE = "node-1:9847"
 SPAN = int(2.5 * DAY)
 RECENT = 3 * HOUR  # the last hours at a fine step: a fast climb is minutes long
 COARSE, FINE = 300, 30
-RECORDED_FOR = 15 * 60  # the contract's series, every minute up to the end
 
 
 def diurnal(t: float, low: float, high: float) -> float:
@@ -316,7 +315,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     url = f"http://127.0.0.1:{port}"
     log = (tmp / "prometheus.log").open("wb")
 
-    def start(lookback: str = "5m") -> subprocess.Popen[bytes]:
+    # A rule that stops recording a series (no growth any more) makes Prometheus write a
+    # staleness marker; backfilled blocks have none, so the last sample would stay
+    # visible for the default 5 min lookback, to the next level's rules and to the
+    # surfaces. A lookback just under the rules' interval: what the last evaluation
+    # recorded, and only that.
+    def start(lookback: str = "59s") -> subprocess.Popen[bytes]:
         p = subprocess.Popen(
             ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
              f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=30d",
@@ -347,13 +351,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             for block in out.iterdir():
                 shutil.move(str(block), tsdb / block.name)
             proc = start()
-        # A rule that stops recording a series (no growth any more) makes Prometheus
-        # write a staleness marker; backfilled blocks have none, so the last sample would
-        # stay visible for the default 5 min lookback. The surfaces are asked with a
-        # lookback just under the rules' interval: what the last evaluation recorded.
-        proc.terminate()
-        proc.wait(timeout=20)
-        proc = start(lookback="59s")
         st = Stack(url, end, tmp)
         (last,) = query_at(st, f"max(timestamp({LIMIT}))", end)
         st.at = last.value
