@@ -640,8 +640,10 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
             summary = summary[:-1] + "; page cache grows, which the kernel reclaims."
     headline = _headline(ev, verdict, close, kills, rate, climb)
     # "What grows": with a forecast, the series the page's text reads (TOP_GROWER,
-    # KIND_GROWTH, PROCESS_GROWTH), so both name the same process and rate.
-    shown = _forecast_growth(ev, cg, thr) if ev.forecasts else growth
+    # KIND_GROWTH, PROCESS_GROWTH), so both name the same process and rate. A climb too
+    # fresh for the forecast (said so above) is told by what moves now: the recorded
+    # growth per kind is the last hour's, recorded every few minutes.
+    shown = _forecast_growth(ev, cg, thr) if ev.forecasts and climb is None else growth
 
     killed_recently = any(k.last_day for k in kills)
     grew_rate = next((k.grew_rate for k in ev.kills if k.grew_rate), None)
