@@ -619,3 +619,42 @@ def test_without_the_recording_rules_explain_computes_the_same_forecast_itself(
         assert fc.grower_text(f.grower) == recorded.grower, (sc.pod, f.grower)
         if f.time_to_limit is not None:
             assert f.time_to_limit == pytest.approx(recorded.ttl, rel=0.05), sc.pod
+
+
+def test_top_shows_the_same_process_view_in_both_modes(stack: Stack) -> None:
+    """The process view (Enter on a pod): cluster mode reads each process's memory and
+    the recorded PROCESS_GROWTH; local mode its own reads and that rule's mirror. Both
+    list the same processes with the same growth and the limit."""
+    sc = next(s for s in SCENARIOS if s.pod == "vllm-vpa-0")
+    qs = top.cluster_queries()
+    cluster = top.State("prometheus")
+    top.apply(cluster, top.Read(stack.at, cluster=top.cluster_of(
+        {k: query_at(stack, q) for k, q in qs.items()})))
+    local = top.State("local")
+    for t in times():
+        ts = stack.end - SPAN + t
+        if ts > stack.at:
+            break
+        m = sc.at(t)
+        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
+                    for cont, (limit, kinds, _) in cgroups(m).items())
+        procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
+                      for p, v in cg.procs.items())
+        top.apply(local, top.Read(ts, pods={(NS, sc.pod): top.Pod(NS, sc.pod, cgs,
+                                                                   processes=procs)}))
+
+    def view(st: top.State) -> dict[str, list[str]]:
+        st.detail = (NS, sc.pod)
+        lines = [text for text, _ in top.draw(st, 160, 50, stack.at)]
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("CONTAINER"))
+        return {ln.split()[1]: ln.split()[2:] for ln in lines[start + 1:] if ln.strip()
+                and not ln.startswith(("t u g", "Esc"))}
+
+    got, mine = view(cluster), view(local)
+    print("\ncluster:", got, "\nlocal:  ", mine)
+    assert set(got) == {"APIServer", "EngineCore", "Worker_TP0"}, got
+    # N, anon (2 words), shmem (2), growth (2), limit (2).
+    assert got["EngineCore"][-4:] == ["+1.5", "GiB/day", "12.0", "GiB"], got
+    assert mine["EngineCore"][-4:] == got["EngineCore"][-4:], mine
+    for name in got:
+        assert (got[name][:3], got[name][-2:]) == (mine[name][:3], mine[name][-2:]), name

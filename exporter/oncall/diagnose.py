@@ -643,7 +643,8 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
     # KIND_GROWTH, PROCESS_GROWTH), so both name the same process and rate. A climb too
     # fresh for the forecast (said so above) is told by what moves now: the recorded
     # growth per kind is the last hour's, recorded every few minutes.
-    shown = _forecast_growth(ev, cg, thr) if ev.forecasts and climb is None else growth
+    shown = _forecast_growth(ev, cg, thr, growth) if ev.forecasts and climb is None \
+        else growth
 
     killed_recently = any(k.last_day for k in kills)
     grew_rate = next((k.grew_rate for k in ev.kills if k.grew_rate), None)
@@ -687,14 +688,17 @@ HORIZON_WORDS = {"short": "climbing for minutes", "medium": "climbing for hours"
 KIND_NAMES = {"dev_shm": "/dev/shm", "hidden": "memory no process owns"}
 
 
-def _forecast_growth(ev: Evidence, cg: CgroupEvidence, thr: float) -> list[Growth]:
+def _forecast_growth(ev: Evidence, cg: CgroupEvidence, thr: float,
+                     lasting: Sequence[Growth]) -> list[Growth]:
     """What grows in the binding cgroup, from the forecast's series: the top grower
-    first (TOP_GROWER: the process and kind the page names, at its rate), then each
-    kind and process growing faster than noise (KIND_GROWTH, PROCESS_GROWTH), then the
-    pod's /dev/shm, flat or not (the page's "; /dev/shm flat")."""
+    first (TOP_GROWER: the process and kind the page names, at its rate). When a kill is
+    forecast (a page can be out), then each kind and process growing faster than noise
+    (KIND_GROWTH, PROCESS_GROWTH: the page's last hour) and the pod's /dev/shm, flat or
+    not (the page's "; /dev/shm flat"); otherwise ``lasting``, the growth that lasts (a
+    daily swing's hour is no growth)."""
     f = next((f for f in ev.forecasts if f.container == cg.container), None)
     if f is None:
-        return []
+        return list(lasting)
     procs = {p.process: p.held.now for p in ev.processes
              if _in_scope(p.container, cg.container)}
     where_of = {p.process: p.container for p in ev.processes
@@ -711,9 +715,13 @@ def _forecast_growth(ev: Evidence, cg: CgroupEvidence, thr: float) -> list[Growt
         out.append(Growth("grower", printable(grower_text(g), 60),
                           where_of.get(g.process, cg.container), now, g.rate,
                           "the top grower, as the page names it"))
+    if f.time_to_limit is None:
+        return out + list(lasting)
     for kind, r in sorted(f.kind_growth.items(), key=lambda kv: -kv[1]):
         if r > thr and kind != "dev_shm":
-            out.append(Growth("kind", KIND_NAMES.get(kind, kind), cg.container,
+            # Memory no process owns is not a kind of the cgroup's own (as in the trends).
+            out.append(Growth("no_owner" if kind == "hidden" else "kind",
+                              KIND_NAMES.get(kind, kind), cg.container,
                               kinds_now.get(kind), r))
     for name, r in sorted(f.process_growth.items(), key=lambda kv: -kv[1]):
         if r > thr:
