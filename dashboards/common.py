@@ -138,6 +138,13 @@ def rule(
     return jobbed(fn(metric(name, *matchers)), *scope)
 
 
+def of_binding(expr: str, *matchers: str) -> str:
+    """``expr`` (one series per cgroup) on the cgroup the forecast rules mark as binding
+    (``BINDING == 1``): the cgroup the page, explain, top and the pod dashboard's tiles
+    speak of, so a table or bar names the same cgroup and figure as they do."""
+    return f"({expr}\n  and on {by(*W)}\n  ({metric(RULE.BINDING, *matchers)} == 1))"
+
+
 def growth_since_baseline(series: str) -> str:
     """Each series minus its own lowest value over the baseline window: what grew since
     its floor; for a pod younger than the window, since it started (the young pods'

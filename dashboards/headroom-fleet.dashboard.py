@@ -1,8 +1,9 @@
 """headroom / fleet: every vLLM pod, ranked by how soon it will be OOM-killed.
 
-One row per pod (the lowest figure over its pod cgroup and containers): time to the
-limit, headroom, the unreclaimable share, growth since the baseline, OOM kills. Every pod
-name links to the pod dashboard.
+One row per pod, on its binding cgroup (the forecast's BINDING: the cgroup the page,
+explain, top and the pod dashboard speak of): the recorded time to the limit, headroom,
+the unreclaimable share; growth since the baseline, OOM kills; the top growers by the
+recorded TOP_GROWER. Every pod name links to the pod dashboard.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from dashboards.common import (
     growth_since_baseline,
     in_scope,
     link,
+    name_pod_cgroup,
     namespace_var,
+    of_binding,
     oom_kills,
     row,
     rule,
@@ -49,6 +52,13 @@ def per_pod(agg: str, name: str, *matchers: str) -> str:
     )
 
 
+def on_binding(agg: str, name: str, labels: tuple[str, ...] = ("namespace", "pod")) -> str:
+    """A forecast series of each pod's binding cgroup, reduced over ``labels``, in scope:
+    the figure the pod dashboard's tiles and the page give."""
+    line = of_binding(rule(name, NAMESPACE, scope=(NAMESPACE,)), NAMESPACE)
+    return in_scope(f"{agg} by ({', '.join(labels)}) ({line})")
+
+
 def rise_or_since_start(rise: str, series: str) -> str:
     """The rules' baseline rise (it needs two baseline windows of data), else, for a
     younger pod (the problem pods are 2-30 h old), growth since its floor in one window:
@@ -60,9 +70,14 @@ def rise_or_since_start(rise: str, series: str) -> str:
     )
 
 
-TIME_TO_LIMIT = per_pod("min", r.TIME_TO_LIMIT)
-HEADROOM = per_pod("min", r.HEADROOM)
-RATIO = per_pod("max", r.UNRECLAIMABLE_RATIO)
+TIME_TO_LIMIT = on_binding("min", r.TIME_TO_LIMIT)
+# The same, keeping which cgroup binds and at which horizon, for legends.
+TIME_TO_LIMIT_NAMED = name_pod_cgroup(
+    on_binding("min", r.TIME_TO_LIMIT, ("namespace", "pod", "container", "horizon")))
+TOP_GROWERS = on_binding("max", r.TOP_GROWER,
+                         ("namespace", "pod", "container", "process", "kind"))
+HEADROOM = on_binding("min", r.HEADROOM)
+RATIO = on_binding("max", r.UNRECLAIMABLE_RATIO)
 RISE = rise_or_since_start(r.UNRECLAIMABLE_BASELINE_RISE, r.UNRECLAIMABLE)
 HIDDEN_RISE = rise_or_since_start(r.HIDDEN_BASELINE_RISE, r.HIDDEN)
 KILLS_IN_RANGE = in_scope(oom_kills(RANGE, NAMESPACE))
@@ -71,9 +86,10 @@ panels = [
     row("At risk now"),
     stat(
         f"Pods within {promql_duration(WARN_S)} of the limit",
-        "Pods whose unreclaimable memory, at its current 1h slope, reaches the limit of "
-        f"the pod cgroup or a container within {promql_duration(WARN_S)} "
-        f"({r.TIME_TO_LIMIT}).",
+        "Pods whose binding cgroup reaches its limit within "
+        f"{promql_duration(WARN_S)} by the recorded forecast ({r.TIME_TO_LIMIT}, the "
+        "soonest of the short, medium and lasting horizons): the figure the page, "
+        "explain, top and the pod dashboard give.",
         [(f"count({TIME_TO_LIMIT} < {WARN_S}) or vector(0)", "")],
         unit="short", w=6, steps=thresholds(("green", 0), ("orange", 1)),
         runbooks=["HeadroomMemoryFillingUp"],
@@ -106,9 +122,10 @@ panels = [
     row("Ranked"),
     table(
         "Pods ranked by time to limit",
-        "One row per pod, lowest figure over its pod cgroup and containers; sorted by "
-        "time to limit (empty: not growing), then sort by any column, e.g. headroom. The "
-        "pod name opens the pod dashboard.",
+        "One row per pod, on its binding cgroup (the forecast's "
+        f"{r.BINDING}); sorted by the recorded time to limit ({r.TIME_TO_LIMIT}; empty: "
+        "no horizon forecasts a kill), then sort by any column, e.g. headroom. The pod "
+        "name opens the pod dashboard.",
         [
             ("Time to limit", TIME_TO_LIMIT, "s"),
             ("Headroom", HEADROOM, "bytes"),
@@ -125,7 +142,7 @@ panels = [
     bargauge(
         "Least headroom",
         "The 15 pods with the smallest share of their limit left once page cache is "
-        "reclaimed (1 - unreclaimable / limit, worst cgroup of the pod). Red under 5%, "
+        "reclaimed (1 - unreclaimable / limit, binding cgroup of the pod). Red under 5%, "
         "orange under 15%. Click a bar for the pod dashboard.",
         [(f"bottomk(15, 1 - {RATIO})", "{{namespace}}/{{pod}}")],
         unit="percentunit",
@@ -134,10 +151,12 @@ panels = [
     ),
     timeseries(
         "Time to limit: the 10 closest pods",
-        "Time to the limit at the current 1h slope, for the 10 pods closest to it. A "
-        "line falling towards zero is a pod about to be killed; gaps mean it stopped "
-        f"growing. The red line is {promql_duration(CRIT_S)}, the page.",
-        [(f"bottomk(10, {TIME_TO_LIMIT})", "{{namespace}}/{{pod}}")],
+        f"The recorded time to the limit ({r.TIME_TO_LIMIT}) of the 10 pods closest to "
+        "it, named by the binding cgroup and the horizon that binds. A line falling "
+        "towards zero is a pod about to be killed; gaps mean no horizon forecasts a kill. "
+        f"The red line is {promql_duration(CRIT_S)}, the page.",
+        [(f"bottomk(10, {TIME_TO_LIMIT_NAMED})",
+          "{{namespace}}/{{pod}} {{container}} ({{horizon}})")],
         unit="s", h=9, links=[SERIES_POD_LINK], min_zero=True,
         steps=thresholds(("green", 0), ("red", CRIT_S)),
     ),
@@ -156,6 +175,17 @@ panels = [
         unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
     ),
     row("Growth"),
+    bargauge(
+        "Top growers",
+        f"The 10 fastest top growers ({r.TOP_GROWER}, on each pod's binding cgroup): the "
+        "process and kind (anon, shmem, dev_shm, kernel, hidden) the page's 'What "
+        "grows' names, at its rate over the last hour. The same answer as explain, top "
+        "and the pod dashboard's Top grower tile.",
+        [(f"topk(10, {TOP_GROWERS} > 0)",
+          "{{namespace}}/{{pod}} {{container}}: {{process}} {{kind}}")],
+        unit="binBps", w=24, h=7, links=[SERIES_POD_LINK],
+        runbooks=["HeadroomMemoryFillingUp"],
+    ),
     bargauge(
         f"Largest growth since baseline ({BASELINE})",
         f"The 10 pods whose unreclaimable floor (lowest value over {BASELINE}, pod "

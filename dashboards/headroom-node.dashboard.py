@@ -17,6 +17,7 @@ from dashboards.common import (
     RATE,
     SERIES_POD_LINK,
     TABLE_POD_LINK,
+    bargauge,
     by,
     dashboard,
     dashboard_url,
@@ -27,7 +28,9 @@ from dashboards.common import (
     limit_style,
     link,
     metric,
+    name_pod_cgroup,
     node_var,
+    of_binding,
     oom_kills,
     row,
     stat,
@@ -37,6 +40,8 @@ from dashboards.common import (
 from dashboards.common import RULE as r
 
 W = c.WORKLOAD_LABELS
+LABELS_TTL = ("namespace", "pod", "container", "horizon")
+LABELS_GROWER = ("namespace", "pod", "container", "process", "kind")
 ON_NODE = (JOB, NODE)
 POD = (*ON_NODE, POD_CGROUP)  # pod-level cgroups of the node's pods
 PODS_ON_NODE = f"max by (namespace, pod) ({metric(c.MEMORY_LIMIT_BYTES, *POD)})"
@@ -50,6 +55,13 @@ def rule_on_node(agg: str, rule: str) -> str:
     """A recording rule (no job or instance label) for the pods of this node: joined to
     the node's raw series, which select $job and the node's exporter."""
     return f"{agg} by (namespace, pod) ({jobbed(rule, NODE)})"
+
+
+def binding_on_node(agg: str, rule: str, labels: tuple[str, ...] = ("namespace", "pod")
+                    ) -> str:
+    """A forecast series of the binding cgroup of each pod on this node (the cgroup the
+    page, explain, top and the pod dashboard speak of), reduced over ``labels``."""
+    return f"{agg} by ({', '.join(labels)}) ({of_binding(jobbed(rule, NODE))})"
 
 
 panels = [
@@ -91,21 +103,41 @@ panels = [
     table(
         "Workloads on this node",
         "Every pod on the node (its pod cgroup): limit, usage, unreclaimable memory and "
-        "its share of the limit, headroom and time to the limit (lowest over the pod's "
-        "cgroups; empty: not growing). The pod name opens the pod dashboard.",
+        "its share of the limit, headroom, and the recorded time to the limit of its "
+        f"binding cgroup ({r.TIME_TO_LIMIT} on {r.BINDING}; empty: no horizon forecasts "
+        "a kill), the same figure as the page, explain and top. The pod name opens the "
+        "pod dashboard.",
         [
             ("Limit", per_pod(c.MEMORY_LIMIT_BYTES), "bytes"),
             ("Usage", per_pod(c.MEMORY_USAGE_BYTES), "bytes"),
             ("Unreclaimable", per_pod(c.MEMORY_UNRECLAIMABLE_BYTES), "bytes"),
             ("Unreclaimable / limit", rule_on_node("max", r.UNRECLAIMABLE_RATIO), "percentunit"),
             ("Headroom", rule_on_node("min", r.HEADROOM), "bytes"),
-            ("Time to limit", rule_on_node("min", r.TIME_TO_LIMIT), "s"),
+            ("Time to limit", binding_on_node("min", r.TIME_TO_LIMIT), "s"),
             ("tmpfs used", per_pod(c.TMPFS_USED_BYTES, "sum"), "bytes"),
         ],
         labels=["namespace", "pod"],
         sort_by="Unreclaimable / limit", descending=True,
         links={"pod": TABLE_POD_LINK},
         h=10,
+    ),
+    bargauge(
+        "Soonest to the limit",
+        f"The recorded time to the limit ({r.TIME_TO_LIMIT}) of the pods on this node "
+        "that have one, named by the binding cgroup and the horizon that binds: the "
+        "answer the page, explain and top give.",
+        [(f"bottomk(10, {name_pod_cgroup(binding_on_node('min', r.TIME_TO_LIMIT, LABELS_TTL))})",
+          "{{namespace}}/{{pod}} {{container}} ({{horizon}})")],
+        unit="s", w=12, h=7, links=[SERIES_POD_LINK],
+        runbooks=["HeadroomMemoryFillingUp"],
+    ),
+    bargauge(
+        "Top growers",
+        f"What grows most in each pod's binding cgroup ({r.TOP_GROWER}): the process and "
+        "kind the page's 'What grows' names, at its rate over the last hour.",
+        [(f"topk(10, {binding_on_node('max', r.TOP_GROWER, LABELS_GROWER)} > 0)",
+          "{{namespace}}/{{pod}} {{container}}: {{process}} {{kind}}")],
+        unit="binBps", w=12, h=7, links=[SERIES_POD_LINK],
     ),
     row("Memory"),
     timeseries(

@@ -252,3 +252,35 @@ def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
     text = x.to_text(diagnose(e)) + x.to_json(diagnose(e))
     assert "\x1b" not in text and "\x07" not in text
     assert "Engine?]0;pwned??[2J?Core" in text
+
+
+def test_what_grows_is_the_pages_series_when_there_is_a_forecast() -> None:
+    """With a forecast, "What grows" opens with TOP_GROWER at its own rate (what the
+    page's text says), then KIND_GROWTH and PROCESS_GROWTH above noise, then /dev/shm;
+    not the raw 1 h trends (here they say the API server's swing grows fastest)."""
+    from exporter.oncall import forecast as fc
+    swing = 8 * GiB / DAY
+    leak = 1.5 * GiB / DAY
+    vllm = cgroup("vllm", 24 * GiB, growing(16 * GiB, 9.5 * GiB), anon=growing(15 * GiB, 9 * GiB))
+    procs = (ProcessEvidence("vllm", "APIServer", growing(5 * GiB, 8 * GiB), None),
+             ProcessEvidence("vllm", "EngineCore", growing(8 * GiB, 1.5 * GiB), None))
+    f = fc.Forecast("llm", "vllm-0", "vllm", 24 * GiB, 16 * GiB, True,
+                    {"lasting": leak}, 17 * GiB, 4 * DAY, "lasting",
+                    fc.Grower("anon", "EngineCore", leak), fc.RECORDED,
+                    {"anon": swing + leak, "kernel": 0.0}, {"APIServer": swing,
+                                                            "EngineCore": leak})
+    pod = fc.Forecast("llm", "vllm-0", "", 24 * GiB, 16.1 * GiB, False,
+                      kind_growth={"dev_shm": 0.0})
+    d = diagnose(ev(vllm, cgroup("", 24 * GiB, growing(16.1 * GiB, 9.5 * GiB)),
+                    processes=procs, forecasts=(f, pod)))
+    first = d.growth[0]
+    assert (first.what, first.name, first.rate, first.now) == \
+        ("grower", "EngineCore anon", leak, 8 * GiB)
+    assert [(g.what, g.name) for g in d.growth[1:]] == [
+        ("kind", "anon"), ("process", "APIServer"), ("process", "EngineCore"),
+        ("tmpfs", "/dev/shm")]
+    assert d.growth[-1].detail == "flat"
+    assert d.closeness is not None and d.closeness.by_horizon == (("lasting", leak),)
+    text = x.to_text(d)
+    assert "EngineCore anon (top grower)" in text and "growth         short -" in text
+    assert "trend          1h" not in text

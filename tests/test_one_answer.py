@@ -1,18 +1,19 @@
 """One answer on every surface: the same series to ``headroom explain``, ``headroom top``
 (cluster mode on Prometheus, and local mode over its own reads), the pod dashboard's
-first-screen tiles and the post-mortem page; they must agree on the verdict, the time to
-limit (within rounding) and what grows.
+first-screen tiles, the fleet dashboard and the post-mortem page; they must agree on the
+verdict, the time to limit (within rounding), the binding cgroup and what grows.
 
-Five pods (a fast climb, a slow leak under a daily swing, a pod-level sidecar leak,
-orphaned /dev/shm, a fresh kill) are written as the exporter's series over 2.5 days and
-turned into TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real
-Prometheus serves them. The forecast contract's series are recorded beside them, for the
-last minutes, by the rules' Python mirror (exporter/oncall/forecast.py) over the same
-points, as the recording rules would. With ``HEADROOM_FORECAST_RULES=PATH`` (a generated
-rules file, e.g. alerts/headroom.rules.yaml) they come from the real rules instead:
-``promtool tsdb create-blocks-from rules`` evaluates them over the whole span, one
-dependency level per pass (promtool cannot feed a rule another rule's output in the
-same pass), each pass's blocks loaded before the next.
+Seven pods (a fast climb, a slow leak under a daily swing, a pod-level sidecar leak,
+orphaned /dev/shm, a fresh kill, a sawtooth that releases every few hours, a limit
+resized in place) are written as the exporter's series over 2.5 days and turned into
+TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real Prometheus serves
+them. The forecast contract's series come from the real recording rules (the shipped
+alerts/headroom.rules.yaml, or ``HEADROOM_FORECAST_RULES=PATH``): ``promtool tsdb
+create-blocks-from rules`` evaluates them over the whole span, one dependency level per
+pass (promtool cannot feed a rule another rule's output in the same pass), each pass's
+blocks loaded before the next. ``top`` without Prometheus runs the rules' Python mirror
+(exporter/oncall/forecast.py) over its own reads of the same points: where it and the
+rules disagree, the failing assertion names the surface and the figure.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from exporter import catalog as c
 from exporter.oncall import forecast as fc
 from exporter.oncall import top
 from exporter.oncall.postmortem_page import render_document
+from exporter.promql import LIMIT, TOP_GROWER
 from tests.net import free_port, wait_http
 
 pytestmark = pytest.mark.prometheus
@@ -50,7 +52,6 @@ INSTANCE = "node-1:9847"
 SPAN = int(2.5 * DAY)
 RECENT = 3 * HOUR  # the last hours at a fine step: a fast climb is minutes long
 COARSE, FINE = 300, 30
-RECORDED_FOR = 15 * 60  # the contract's series, every minute up to the end
 
 
 def diurnal(t: float, low: float, high: float) -> float:
@@ -155,7 +156,39 @@ def fresh_kill() -> Scenario:
     return Scenario("vllm-killed-0", at, "at_risk", None, "vllm", "EngineCore anon")
 
 
-SCENARIOS = (fast_climb(), slow_leak(), sidecar_leak(), orphaned_shm(), fresh_kill())
+PERIOD = 4 * HOUR
+
+
+def sawtooth() -> Scenario:
+    """EngineCore's anon climbs 4 GiB over 4 h and is released, every 4 h, for days; the
+    moment is half-way up a tooth. The teeth reach the same peaks every time: no kill is
+    forecast (a tooth below the peaks' envelope is the pattern, not a climb into the
+    limit), what grows now is still EngineCore."""
+    def at(t: float) -> Moment:
+        tooth = ((t + PERIOD / 2) % PERIOD) / PERIOD * 4 * GiB
+        vllm = Cg(16 * GiB, {"APIServer": GiB, "EngineCore": 3 * GiB + tooth,
+                             "Worker_TP0": 2 * GiB})
+        return Moment({"vllm": vllm}, 16 * GiB)
+    return Scenario("vllm-saw-0", at, "healthy", None, "vllm", "EngineCore anon")
+
+
+RESIZED_AGO = 2 * HOUR
+
+
+def resized_limit() -> Scenario:
+    """EngineCore leaks 1.5 GiB a day; the limit was raised in place (VPA) from 8 to
+    12 GiB two hours ago: every forecast is against the 12 GiB in force now."""
+    def at(t: float) -> Moment:
+        limit = 8 * GiB if t < SPAN - RESIZED_AGO else 12 * GiB
+        vllm = Cg(limit, {"APIServer": GiB, "EngineCore": 1.5 * GiB + 1.5 * GiB * t / DAY,
+                          "Worker_TP0": GiB})
+        return Moment({"vllm": vllm}, limit)
+    return Scenario("vllm-vpa-0", at, "at_risk", "lasting", "vllm", "EngineCore anon")
+
+
+KILLED = fresh_kill()
+SCENARIOS = (fast_climb(), slow_leak(), sidecar_leak(), orphaned_shm(), KILLED,
+             sawtooth(), resized_limit())
 
 
 # --- the scenarios as the exporter's series --------------------------------------------------
@@ -200,6 +233,7 @@ def raw_series(sc: Scenario, end: float) -> Series:
                 put(c.MEMORY_BYTES.name, {**w, "kind": k}, ts, v)
             if cont:
                 for p, v in procs.items():
+                    put(c.PROCESS_COUNT.name, {**w, "process": p}, ts, 1.0)
                     put(c.PROCESS_MEMORY_BYTES.name, {**w, "process": p, "kind": "rss_anon"},
                         ts, v)
                     put(c.PROCESS_MEMORY_BYTES.name,
@@ -234,34 +268,6 @@ def histories(sc: Scenario, end: float, until: float) -> list[fc.History]:
             for cont, h in pts.items()]
 
 
-def recorded_series(sc: Scenario, end: float) -> Series:
-    """The contract's series over the last minutes, by the rules' mirror."""
-    out: Series = {}
-
-    def put(metric: str, labels: dict[str, str], t: float, v: float) -> None:
-        out.setdefault((metric, tuple(sorted(labels.items()))), []).append((t, v))
-
-    for at in range(int(end - RECORDED_FOR), int(end) + 1, 60):
-        fs = fc.mark_binding(f for h in histories(sc, end, at)
-                             if (f := fc.local_forecast(h, at)) is not None)
-        for f in fs:
-            w = {"namespace": f.namespace, "pod": f.pod, "container": f.container}
-            put(fc.LIMIT, w, at, f.limit)
-            put(fc.UNRECLAIMABLE, w, at, f.unreclaimable)
-            put(fc.HEADROOM, w, at, f.headroom)
-            put(fc.BINDING, w, at, 1.0 if f.binding else 0.0)
-            for h, r in f.growth.items():
-                put(fc.GROWTH, {**w, "horizon": h}, at, r)
-            if f.envelope is not None:
-                put(fc.PEAK_ENVELOPE, w, at, f.envelope)
-            if f.time_to_limit is not None and f.horizon:
-                put(fc.TIME_TO_LIMIT, {**w, "horizon": f.horizon}, at, f.time_to_limit)
-            if f.grower is not None:
-                put(fc.TOP_GROWER, {**w, "kind": f.grower.kind, "process": f.grower.process},
-                    at, f.grower.rate)
-    return out
-
-
 def openmetrics(series: Series) -> str:
     by_metric: dict[str, list[str]] = {}
     for (metric, labels), pts in sorted(series.items()):
@@ -279,8 +285,12 @@ def openmetrics(series: Series) -> str:
 @dataclass
 class Stack:
     prom: str
-    end: float
+    end: float  # the last raw sample
     tmp: Path
+    at: float = 0.0  # the rules' last evaluation: the moment every surface is asked about
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -291,13 +301,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("one-answer")
     end = float(int(time.time()) // 60 * 60 - 120)  # whole minutes, inside the lookback
     raw: Series = {}
-    recorded: Series = {}
     for sc in SCENARIOS:
         raw.update(raw_series(sc, end))
-        recorded.update(recorded_series(sc, end))
-    rules = os.environ.get("HEADROOM_FORECAST_RULES")
+    rules = Path(os.environ.get("HEADROOM_FORECAST_RULES",
+                                ROOT / "alerts" / "headroom.rules.yaml"))
     om = tmp / "series.om"
-    om.write_text(openmetrics(raw if rules else {**raw, **recorded}))
+    om.write_text(openmetrics(raw))
     tsdb = tmp / "tsdb"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet",
                     str(om), str(tsdb)], check=True, timeout=600)
@@ -306,10 +315,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     url = f"http://127.0.0.1:{port}"
     log = (tmp / "prometheus.log").open("wb")
 
-    def start() -> subprocess.Popen[bytes]:
+    # A rule that stops recording a series (no growth any more) makes Prometheus write a
+    # staleness marker; backfilled blocks have none, so the last sample would stay
+    # visible for the default 5 min lookback, to the next level's rules and to the
+    # surfaces. A lookback just under the rules' interval: what the last evaluation
+    # recorded, and only that.
+    def start(lookback: str = "59s") -> subprocess.Popen[bytes]:
         p = subprocess.Popen(
             ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
              f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=30d",
+             f"--query.lookback-delta={lookback}",
              f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
             stderr=log)
         wait_http(f"{url}/-/ready", p)
@@ -317,10 +332,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     proc = start()
     try:
-        for i, level in enumerate(rule_levels(Path(rules)) if rules else []):
-            # Each level reads only what earlier passes wrote: evaluate it, load it.
-            f = tmp / f"level-{i}.yaml"
-            f.write_text(yaml.safe_dump({"groups": [{"name": f"level-{i}",
+        for i, level in enumerate(rule_levels(rules)):
+            # Each level reads only what earlier passes wrote: evaluate it, load it. One
+            # group name and file for every level: the evaluation times follow from
+            # them, so every level is evaluated at the same instants (as one group of
+            # Prometheus' is) and reads the level before at that instant.
+            f = tmp / "forecast.rules.yaml"
+            f.write_text(yaml.safe_dump({"groups": [{"name": "forecast",
                                                      "rules": level}]}))
             out = tmp / f"blocks-{i}"
             subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules",
@@ -333,7 +351,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             for block in out.iterdir():
                 shutil.move(str(block), tsdb / block.name)
             proc = start()
-        yield Stack(url, end, tmp)
+        st = Stack(url, end, tmp)
+        (last,) = query_at(st, f"max(timestamp({LIMIT}))", end)
+        st.at = last.value
+        yield st
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -371,17 +392,38 @@ class Answer:
     grower: str
     binding: str | None = None
     extra: str = ""
+    grower_rate: float | None = None  # B/s of the grower, where the surface gives one
+
+
+def explain_doc(st: Stack, sc: Scenario) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain", f"{NS}/{sc.pod}",
+                        f"--prometheus.url={st.prom}", "--output=json", f"--time={st.at}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout, r.stderr
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
 
 
 def explain_answer(st: Stack, sc: Scenario) -> Answer:
-    r = subprocess.run([sys.executable, "-m", "exporter.cli", "explain", f"{NS}/{sc.pod}",
-                        f"--prometheus.url={st.prom}", "--output=json", f"--time={st.end}"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.stdout, r.stderr
-    doc = json.loads(r.stdout)
+    doc = explain_doc(st, sc)
     cl = doc["closeness"]
+    # "What grows" opens with the top grower when something grows (the page's wording).
+    top_row = next((g for g in doc["growth"] if g["what"] == "grower"), None)
     return Answer("explain", doc["verdict"], cl["time_to_limit_s"], cl["horizon"],
-                  cl["grower"] or "-", cl["container"], json.dumps(doc["kills"]))
+                  cl["grower"] or "-", cl["container"], json.dumps(doc["kills"]),
+                  top_row["rate"] if top_row else None)
+
+
+def page_grower(st: Stack, sc: Scenario) -> Answer:
+    """What the page's text says grows: the TOP_GROWER series its template queries (the
+    binding cgroup's; alerts/rules.py ``_top_grower``)."""
+    rows = [r for r in query_at(st, f'{TOP_GROWER}{{pod="{sc.pod}"}}') if r.value > 0]
+    if not rows:
+        return Answer("page", None, None, None, "-")
+    (r,) = rows
+    g = fc.Grower(r.labels.get("kind", ""), r.labels.get("process", ""), r.value)
+    return Answer("page", None, None, None, fc.grower_text(g),
+                  r.labels.get("container", ""), grower_rate=r.value)
 
 
 def top_cluster_answers(st: Stack) -> dict[str, Answer]:
@@ -393,18 +435,22 @@ def top_cluster_answers(st: Stack) -> dict[str, Answer]:
                           "killed" if r.kill else "") for r in rows}
 
 
-def query_at(st: Stack, expr: str) -> list[Any]:
+def query_at(st: Stack, expr: str, at: float | None = None) -> list[Any]:
     from exporter.oncall.prom_client import parse_vector
-    data = urllib.parse.urlencode({"query": expr, "time": st.end}).encode()
+    data = urllib.parse.urlencode({"query": expr, "time": at or st.at}).encode()
     with urllib.request.urlopen(f"{st.prom}/api/v1/query", data, timeout=60) as r:
         return parse_vector(json.load(r))
 
 
 def top_local_answer(st: Stack, sc: Scenario) -> Answer:
-    """top without Prometheus: its own reads of the same points, through its state."""
+    """top without Prometheus: its own reads of the same points, through its state, up to
+    the moment the rules were last evaluated, and its forecast at that moment."""
     state = top.State("local")
+    pod: top.Pod | None = None
     for t in times():
         ts = st.end - SPAN + t
+        if ts > st.at:
+            break
         m = sc.at(t)
         cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
                     for cont, (limit, kinds, _) in cgroups(m).items())
@@ -413,6 +459,11 @@ def top_local_answer(st: Stack, sc: Scenario) -> Answer:
         pod = top.Pod(NS, sc.pod, cgs, m.dev_shm or None, m.orphaned, None, procs, m.kills,
                       "http://" + INSTANCE)
         top.apply(state, top.Read(ts, pods={pod.key: pod}))
+    assert pod is not None
+    # Forecast at the rules' instant over the reads so far (not at top's last step; a
+    # read at that instant would add a point the exporter never scraped).
+    state.cgroups = top.local_forecasts({pod.key: pod}, state.hist, st.at)
+    state.rows = top.local_rows({pod.key: pod}, state.cgroups, state.kills)
     (row,) = state.rows
     return Answer("top (local)", None, row.ttl, row.horizon, row.grower,
                   "" if row.cgroup == "(pod)" else row.cgroup, "killed" if row.kill else "")
@@ -443,39 +494,83 @@ def dashboard_answer(st: Stack, sc: Scenario) -> Answer:
         process, _, kind = grow[0].rpartition(" ")
         grower = fc.grower_text(fc.growing(fc.Grower(kind, process, grow[1])))
     return Answer("dashboard", None, ttl[1] if ttl else None, ttl[0] if ttl else None,
-                  grower)
+                  grower, grower_rate=grow[1] if grow else None)
+
+
+def fleet_answer(st: Stack, sc: Scenario) -> Answer:
+    """The fleet dashboard's time-to-limit line and top-grower bar of the pod (the
+    legends name the binding cgroup, the horizon, the process and kind)."""
+    d = json.loads((ROOT / "dashboards" / "headroom-fleet.json").read_text())
+    panels = {p["title"]: p for p in d["panels"]}
+    values = {"job": "headroom", "namespace": NS, "scope": VLLM_SCOPE, "__range": "1d"}
+
+    def rows(title: str) -> tuple[list[Any], str]:
+        t = panels[title]["targets"][0]
+        expr = t["expr"]
+        for k, v in values.items():
+            expr = expr.replace(f"${{{k}}}", v).replace(f"${k}", v)
+        return [r for r in query_at(st, expr) if r.labels.get("pod") == sc.pod], \
+            t["legendFormat"]
+
+    ttl, _ = rows("Time to limit: the 10 closest pods")
+    grow, _ = rows("Top growers")
+    binding = None
+    if ttl:
+        binding = ttl[0].labels.get("container", "")
+        binding = "" if binding == "pod cgroup" else binding
+    grower, rate = "-", None
+    if grow:
+        lb = grow[0].labels
+        grower = fc.grower_text(fc.Grower(lb.get("kind", ""), lb.get("process", ""),
+                                          grow[0].value))
+        rate = grow[0].value
+    return Answer("fleet dashboard", None, ttl[0].value if ttl else None,
+                  ttl[0].labels.get("horizon") if ttl else None, grower, binding,
+                  grower_rate=rate)
+
+
+VLLM_SCOPE = "APIServer.*|EngineCore.*|Worker.*|DPCoordinator.*"
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.pod for s in SCENARIOS])
 def test_every_surface_gives_one_answer(stack: Stack, sc: Scenario) -> None:
     cluster = top_cluster_answers(stack)
     answers = [explain_answer(stack, sc), cluster[sc.pod], top_local_answer(stack, sc),
-               dashboard_answer(stack, sc)]
+               dashboard_answer(stack, sc), fleet_answer(stack, sc)]
+    page = page_grower(stack, sc)
     print(f"\n{sc.pod}:")
-    for a in answers:
+    for a in [*answers, page]:
         print(f"  {a.surface:<18} verdict={a.verdict} ttl={a.ttl} horizon={a.horizon} "
-              f"grower={a.grower!r} binding={a.binding!r}")
-    assert answers[0].verdict == sc.verdict, answers[0]
-    for a in answers:
-        assert a.horizon == sc.horizon, a
-        assert a.grower == sc.grower, a
-        if a.binding is not None:
-            assert a.binding == sc.binding, a
-        if sc.horizon is None:
-            assert a.ttl is None, a
-        else:
-            assert a.ttl is not None and a.ttl == pytest.approx(answers[0].ttl, rel=0.01), a
+              f"grower={a.grower!r} rate={a.grower_rate} binding={a.binding!r}")
+    # One answer: every surface says what explain (the recorded series) says; top's
+    # local mode is the rules' mirror, so a rule and its mirror that differ fail here.
+    ref = answers[0]
+    for a in [*answers[1:], page]:
+        assert (a.grower, a.binding if a.binding is not None else ref.binding) == \
+            (ref.grower, ref.binding), a
+        if a is page:
+            continue
+        assert a.horizon == ref.horizon, a
+        assert (a.ttl is None) == (ref.ttl is None), a
+        if a.ttl is not None:
+            assert a.ttl == pytest.approx(ref.ttl, rel=0.01), a
+    # What grows at the page's rate, on explain and the dashboards.
+    for a in (answers[0], answers[3], answers[4]):
+        assert a.grower_rate == pytest.approx(page.grower_rate, rel=1e-6), a
+    # The right answer.
+    assert (ref.verdict, ref.horizon, ref.grower, ref.binding) == \
+        (sc.verdict, sc.horizon, sc.grower, sc.binding), ref
 
 
 def test_a_fresh_kill_reads_the_same_on_every_surface(stack: Stack) -> None:
     """The kill: explain says when (to the step) and what grew before it, top marks the
     row, and the post-mortem page's headline names the same process."""
-    sc = SCENARIOS[-1]
+    sc = KILLED
     kill = stack.end - KILL_AGO
     ex = explain_answer(stack, sc)
     (k,) = json.loads(ex.extra)
     assert k["when"] == pytest.approx(kill, abs=FINE + 15), k
-    assert k["age_s"] == pytest.approx(KILL_AGO, abs=FINE + 15)
+    assert k["age_s"] == pytest.approx(stack.at - kill, abs=FINE + 15)
     assert k["grew"].startswith("EngineCore +"), k
     assert re.search(r"in the 1[56] min before it \(\+(3\.9|4\.0) MiB/s\)", k["grew"]), k
     assert top_cluster_answers(stack)[sc.pod].extra == "killed"
@@ -508,14 +603,14 @@ def test_without_the_recording_rules_explain_computes_the_same_forecast_itself(
 
     async def local(sc: Scenario) -> fc.Forecast | None:
         async with PromClient(stack.prom) as prom:
-            ev = await x.fetch(prom, NS, sc.pod, "", stack.end)
+            ev = await x.fetch(prom, NS, sc.pod, "", stack.at)
             span = 2 * fc.Windows.of().baseline + x.HISTORY_MARGIN
             qs = x.range_queries(NS, sc.pod)
-            got = [await prom.query_range(q, stack.end - span, stack.end, x.RANGE_STEP)
+            got = [await prom.query_range(q, stack.at - span, stack.at, x.RANGE_STEP)
                    for q in qs.values()]
         hist = x.histories(ev, dict(zip(qs, got, strict=True)))
         return fc.tightest(fc.mark_binding(
-            f for h in hist if (f := fc.local_forecast(h, stack.end)) is not None))
+            f for h in hist if (f := fc.local_forecast(h, stack.at)) is not None))
 
     for sc in SCENARIOS:
         f = asyncio.run(local(sc))
@@ -524,3 +619,42 @@ def test_without_the_recording_rules_explain_computes_the_same_forecast_itself(
         assert fc.grower_text(f.grower) == recorded.grower, (sc.pod, f.grower)
         if f.time_to_limit is not None:
             assert f.time_to_limit == pytest.approx(recorded.ttl, rel=0.05), sc.pod
+
+
+def test_top_shows_the_same_process_view_in_both_modes(stack: Stack) -> None:
+    """The process view (Enter on a pod): cluster mode reads each process's memory and
+    the recorded PROCESS_GROWTH; local mode its own reads and that rule's mirror. Both
+    list the same processes with the same growth and the limit."""
+    sc = next(s for s in SCENARIOS if s.pod == "vllm-vpa-0")
+    qs = top.cluster_queries()
+    cluster = top.State("prometheus")
+    top.apply(cluster, top.Read(stack.at, cluster=top.cluster_of(
+        {k: query_at(stack, q) for k, q in qs.items()})))
+    local = top.State("local")
+    for t in times():
+        ts = stack.end - SPAN + t
+        if ts > stack.at:
+            break
+        m = sc.at(t)
+        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
+                    for cont, (limit, kinds, _) in cgroups(m).items())
+        procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
+                      for p, v in cg.procs.items())
+        top.apply(local, top.Read(ts, pods={(NS, sc.pod): top.Pod(NS, sc.pod, cgs,
+                                                                   processes=procs)}))
+
+    def view(st: top.State) -> dict[str, list[str]]:
+        st.detail = (NS, sc.pod)
+        lines = [text for text, _ in top.draw(st, 160, 50, stack.at)]
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("CONTAINER"))
+        return {ln.split()[1]: ln.split()[2:] for ln in lines[start + 1:] if ln.strip()
+                and not ln.startswith(("t u g", "Esc"))}
+
+    got, mine = view(cluster), view(local)
+    print("\ncluster:", got, "\nlocal:  ", mine)
+    assert set(got) == {"APIServer", "EngineCore", "Worker_TP0"}, got
+    # N, anon (2 words), shmem (2), growth (2), limit (2).
+    assert got["EngineCore"][-4:] == ["+1.5", "GiB/day", "12.0", "GiB"], got
+    assert mine["EngineCore"][-4:] == got["EngineCore"][-4:], mine
+    for name in got:
+        assert (got[name][:3], got[name][-2:]) == (mine[name][:3], mine[name][-2:]), name

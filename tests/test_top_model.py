@@ -235,7 +235,7 @@ def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
             f'process="{evil}",kind="rss_anon"}} 5\n')
     st = State("x")
     apply(st, Read(0.0, pods=parse(text)))
-    st.detail = next(iter(st.pods))
+    st.detail = next(iter(st.procs))
     shown = [t for t, _ in draw(st, 100, 10)]
     st.detail = None
     shown += [t for t, _ in draw(st, 100, 10)]
@@ -290,12 +290,40 @@ def test_reader_reads_in_the_background_and_reports_errors() -> None:
         st = State(base)
         assert got[0] is not None and got[2] is not None, got
         apply(st, got[0])
-        assert ("llm-serving", "llama-70b-0") in st.pods and st.error == ""
+        assert ("llm-serving", "llama-70b-0") in st.procs and st.error == ""
         apply(st, got[2])
-        assert "URLError" in st.error and st.pods  # the last good read stays on screen
+        assert "URLError" in st.error and st.procs  # the last good read stays on screen
     finally:
         release.set()
         for r in readers:
             r.stop()
         server.shutdown()
         server.server_close()
+
+
+def test_the_mirror_names_the_rule_it_mirrors_step_by_step() -> None:
+    """TOP_GROWER's mirror: the process that grows most unless a kind no process holds
+    grows most; a falling cgroup still names its top kind (the rule records one on every
+    binding cgroup; surfaces show it only while it grows). TIME_TO_LIMIT's: the soonest
+    horizon; short and medium only beyond the peaks' envelope plus a window of the
+    lasting trend."""
+    g = fc.top_grower({"anon": 5.0, "dev_shm": 1.0}, {"EngineCore": 4.0, "Worker": -1.0})
+    assert g == fc.Grower("anon", "EngineCore", 4.0)
+    g = fc.top_grower({"anon": 1.0, "dev_shm": 5.0}, {"EngineCore": 4.0})
+    assert g == fc.Grower("dev_shm", "", 5.0)
+    # /dev/shm files are shmem and hidden too: one rate read three times names /dev/shm.
+    g = fc.top_grower({"shmem": 2.0 + 1e-9, "hidden": 2.0, "dev_shm": 2.0}, {"a": 0.0})
+    assert g == fc.Grower("dev_shm", "", 2.0)
+    assert fc.top_grower({"anon": -3.0}, {"EngineCore": -1.0}) == fc.Grower("anon", "", -3.0)
+    w = fc.Windows.of()
+    # A tooth of a sawtooth below the peaks: no short or medium forecast.
+    by_h = fc.time_to_limit_by_horizon(16.0, 8.0, 8.0, {"short": 1e-3, "medium": 1e-3},
+                                       10.0, w)
+    assert by_h == {} and fc.soonest(by_h) == (None, None)
+    # Beyond them: the climb's forecast, the soonest.
+    by_h = fc.time_to_limit_by_horizon(16.0, 12.0, 12.0, {"short": 1.0, "lasting": 1e-5},
+                                       10.0, w)
+    assert fc.soonest(by_h) == (4.0, "short")
+    # No envelope yet (a young pod): any horizon.
+    assert fc.soonest(fc.time_to_limit_by_horizon(16.0, 8.0, 8.0, {"medium": 2.0}, None,
+                                                  w)) == (4.0, "medium")

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.oncall.forecast import Forecast, grower_text, growing, tightest
+from exporter.oncall.forecast import HORIZONS, Forecast, grower_text, growing, tightest
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -181,16 +181,20 @@ class Closeness:
     horizon: str | None = None  # the forecast's horizon that gives time_to_limit_s
     source: str = "trends"  # recorded / local (the rules' mirror) / trends
     grower: str = ""  # the forecast's top grower: "EngineCore anon", "dev_shm, no process"
+    # GROWTH per horizon (short, medium, lasting; B/s, present while > 0): the forecast's
+    # own rates, shown instead of the raw trends when there is a forecast.
+    by_horizon: tuple[tuple[str, float], ...] = ()
 
 
 
 
 @dataclass(frozen=True)
 class Growth:
-    what: str  # kind, page_cache, process, no_owner, tmpfs, orphaned
+    what: str  # grower (the forecast's top grower), kind, page_cache, process, no_owner,
+    # tmpfs, orphaned
     name: str
     container: str
-    now: float
+    now: float | None
     rate: float  # bytes/s
     detail: str = ""
 
@@ -334,7 +338,8 @@ def _from_forecast(ev: Evidence) -> tuple[CgroupEvidence, Closeness]:
     return cg, dataclasses.replace(
         _closeness(cg), limit=f.limit, unreclaimable=f.unreclaimable, headroom=f.headroom,
         ratio=f.ratio, lasting_rate=f.rate, time_to_limit_s=f.time_to_limit,
-        horizon=f.horizon, source=f.source)
+        horizon=f.horizon, source=f.source,
+        by_horizon=tuple((h, f.growth[h]) for h in HORIZONS if h in f.growth))
 
 
 def _rate_of(t: Trend | None, sustained: bool) -> float | None:
@@ -634,6 +639,12 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         if any(g.name == "page cache (reclaimable)" for g in growth):
             summary = summary[:-1] + "; page cache grows, which the kernel reclaims."
     headline = _headline(ev, verdict, close, kills, rate, climb)
+    # "What grows": with a forecast, the series the page's text reads (TOP_GROWER,
+    # KIND_GROWTH, PROCESS_GROWTH), so both name the same process and rate. A climb too
+    # fresh for the forecast (said so above) is told by what moves now: the recorded
+    # growth per kind is the last hour's, recorded every few minutes.
+    shown = _forecast_growth(ev, cg, thr, growth) if ev.forecasts and climb is None \
+        else growth
 
     killed_recently = any(k.last_day for k in kills)
     grew_rate = next((k.grew_rate for k in ev.kills if k.grew_rate), None)
@@ -666,12 +677,65 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         notes.append("the recording rules are not loaded: the forecast was computed here "
                      "from the raw series (the rules' definition, exporter/oncall/forecast.py)")
     return Diagnosis(ev.namespace, ev.pod, ev.at, verdict, summary, tuple(reasons), close,
-                     tuple(growth), tuple(causes), kills, tuple(actions), tuple(notes),
+                     tuple(shown), tuple(causes), kills, tuple(actions), tuple(notes),
                      headline, commands)
 
 
 HORIZON_WORDS = {"short": "climbing for minutes", "medium": "climbing for hours",
                  "lasting": "growth over days"}
+
+
+KIND_NAMES = {"dev_shm": "/dev/shm", "hidden": "memory no process owns"}
+
+
+def _forecast_growth(ev: Evidence, cg: CgroupEvidence, thr: float,
+                     lasting: Sequence[Growth]) -> list[Growth]:
+    """What grows in the binding cgroup, from the forecast's series: the top grower
+    first (TOP_GROWER: the process and kind the page names, at its rate). When a kill is
+    forecast (a page can be out), then each kind and process growing faster than noise
+    (KIND_GROWTH, PROCESS_GROWTH: the page's last hour) and the pod's /dev/shm, flat or
+    not (the page's "; /dev/shm flat"); otherwise ``lasting``, the growth that lasts (a
+    daily swing's hour is no growth)."""
+    f = next((f for f in ev.forecasts if f.container == cg.container), None)
+    if f is None:
+        return list(lasting)
+    procs = {p.process: p.held.now for p in ev.processes
+             if _in_scope(p.container, cg.container)}
+    where_of = {p.process: p.container for p in ev.processes
+                if _in_scope(p.container, cg.container)}
+    kinds_now: dict[str, float | None] = {k: t.now for k, t in cg.kinds.items()}
+    shm = [t for t in ev.tmpfs if t.mount == "/dev/shm"]
+    kinds_now["dev_shm"] = sum(t.used.now for t in shm) if shm else None
+    kinds_now["hidden"] = (max(0.0, cg.unreclaimable.now - sum(procs.values()))
+                           if procs else None)
+    out: list[Growth] = []
+    g = growing(f.grower)
+    if g is not None:
+        now = procs.get(g.process) if g.process else kinds_now.get(g.kind)
+        out.append(Growth("grower", printable(grower_text(g), 60),
+                          where_of.get(g.process, cg.container), now, g.rate,
+                          "the top grower, as the page names it"))
+    if f.time_to_limit is None:
+        return out + list(lasting)
+    for kind, r in sorted(f.kind_growth.items(), key=lambda kv: -kv[1]):
+        if r > thr and kind != "dev_shm":
+            # Memory no process owns is not a kind of the cgroup's own (as in the trends).
+            out.append(Growth("no_owner" if kind == "hidden" else "kind",
+                              KIND_NAMES.get(kind, kind), cg.container,
+                              kinds_now.get(kind), r))
+    for name, r in sorted(f.process_growth.items(), key=lambda kv: -kv[1]):
+        if r > thr:
+            out.append(Growth("process", printable(name, 60), where_of.get(name, ""),
+                              procs.get(name), r))
+    pod = next((p for p in ev.forecasts if p.container == ""), None)
+    shm_rate = pod.kind_growth.get("dev_shm") if pod is not None else None
+    if shm_rate is not None:
+        out.append(Growth("tmpfs", "/dev/shm", "", kinds_now["dev_shm"], shm_rate,
+                          "flat" if shm_rate <= SHM_FLAT_BPS else ""))
+    return out
+
+
+SHM_FLAT_BPS = float(MiB) / DAY  # the page's "/dev/shm flat": under 1 MiB/day
 
 
 def _forecast_grower(ev: Evidence, container: str) -> str:

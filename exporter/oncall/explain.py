@@ -446,10 +446,15 @@ def to_text(d: Diagnosis, style: Style = plain, width: int = 80) -> str:
         else:
             lines.append("  time to limit  none forecast: not growing at any horizon")
         lines.append(f"  forecast from  {SOURCES.get(cl.source, cl.source)}")
-        lines.append(f"  trend          1h {fmt_rate(cl.trend_1h)}   6h {fmt_rate(cl.trend_6h)}"
-                     f"   1d {fmt_rate(cl.trend_1d)}"
-                     + (f"   daily floor {fmt_bytes(cl.floor_rise_1d)}/day"
-                        if cl.floor_rise_1d is not None else ""))
+        if cl.source in (fc.RECORDED, fc.LOCAL):  # the forecast's rates, as recorded
+            rates = dict(cl.by_horizon)
+            lines.append("  growth        " + "".join(
+                f" {h} {fmt_rate(rates[h]) if h in rates else '-'} " for h in fc.HORIZONS))
+        else:
+            lines.append(f"  trend          1h {fmt_rate(cl.trend_1h)}   6h "
+                         f"{fmt_rate(cl.trend_6h)}   1d {fmt_rate(cl.trend_1d)}"
+                         + (f"   daily floor {fmt_bytes(cl.floor_rise_1d)}/day"
+                            if cl.floor_rise_1d is not None else ""))
         if cl.working_set is not None:
             lines.append(f"  working set    {fmt_bytes(cl.working_set)} (kubelet's view)")
         if cl.reclaim_per_s:
@@ -458,9 +463,11 @@ def to_text(d: Diagnosis, style: Style = plain, width: int = 80) -> str:
     if d.growth:
         lines += ["", style("What grows", "bold")]
         for g in d.growth:
-            label = {"kind": f"{g.name} (kind)", "process": f"{g.name} ({where(g.container)})"
-                     }.get(g.what, g.name)
-            lines.append(f"  {label:<38} {fmt_rate(g.rate):>16}   now {fmt_bytes(g.now)}"
+            label = {"kind": f"{g.name} (kind)", "process": f"{g.name} ({where(g.container)})",
+                     "grower": f"{g.name} (top grower)"}.get(g.what, g.name)
+            rate = "flat" if g.detail == "flat" else fmt_rate(g.rate)
+            lines.append(f"  {label:<38} {rate:>16}"
+                         + (f"   now {fmt_bytes(g.now)}" if g.now is not None else "")
                          + (f"   {g.detail}" if g.detail and g.what == "process" else ""))
     if d.causes:
         lines += ["", style("Likely cause", "bold")]

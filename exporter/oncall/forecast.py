@@ -20,6 +20,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,8 +31,10 @@ from exporter.promql import (
     CONFIG,
     GROWTH,
     HEADROOM,
+    KIND_GROWTH,
     LIMIT,
     PEAK_ENVELOPE,
+    PROCESS_GROWTH,
     TIME_TO_LIMIT,
     TOP_GROWER,
     UNRECLAIMABLE,
@@ -77,6 +80,11 @@ class Forecast:
     horizon: str | None = None  # the horizon that gave time_to_limit
     grower: Grower | None = None
     source: str = RECORDED
+    # KIND_GROWTH and PROCESS_GROWTH of this cgroup (B/s, any sign): the rows of "what
+    # grows" the top grower was chosen from. The pod-level cgroup holds every container's
+    # processes.
+    kind_growth: Mapping[str, float] = field(default_factory=dict)
+    process_growth: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> Workload:
@@ -146,6 +154,8 @@ def recorded_queries(sel: str) -> dict[str, str]:
         "envelope": f"{PEAK_ENVELOPE}{sel}",
         "ttl": f"{TIME_TO_LIMIT}{sel}",
         "grower": f"{TOP_GROWER}{sel}",
+        "kind_growth": f"{KIND_GROWTH}{sel}",
+        "process_growth": f"{PROCESS_GROWTH}{sel}",
     }
 
 
@@ -184,6 +194,18 @@ def from_recorded(answers: Mapping[str, Sequence[Sample]]) -> dict[Workload, For
         if fin(r.value) and (key(r) not in grower or r.value > grower[key(r)].rate):
             grower[key(r)] = Grower(r.labels.get("kind", ""), r.labels.get("process", ""),
                                     r.value)
+    kinds: dict[Workload, dict[str, float]] = {}
+    for r in answers.get("kind_growth", ()):
+        if fin(r.value):
+            kinds.setdefault(key(r), {})[r.labels.get("kind", "")] = r.value
+    procs: dict[Workload, dict[str, float]] = {}
+    for r in answers.get("process_growth", ()):
+        if fin(r.value):
+            ns, pod, cont = key(r)
+            name = r.labels.get("process", "")
+            for w in ((ns, pod, cont), (ns, pod, "")):  # the pod level holds them all
+                ps = procs.setdefault(w, {})
+                ps[name] = max(ps.get(name, -math.inf), r.value)
     out: dict[Workload, Forecast] = {}
     for k, lim in limits.items():
         if k not in unrecl or lim <= 0:
@@ -191,7 +213,7 @@ def from_recorded(answers: Mapping[str, Sequence[Sample]]) -> dict[Workload, For
         t = ttl.get(k)
         out[k] = Forecast(*k, lim, unrecl[k], binding.get(k, 0.0) >= 1, growth.get(k, {}),
                           envelope.get(k), t[0] if t else None, t[1] if t else None,
-                          grower.get(k), RECORDED)
+                          grower.get(k), RECORDED, kinds.get(k, {}), procs.get(k, {}))
     return out
 
 
@@ -203,25 +225,22 @@ def by_pod(cgroups: Mapping[Workload, Forecast]) -> dict[tuple[str, str], list[F
 
 
 # --- the local mirror of the rules ---------------------------------------------------------------
-# alerts/rules.py records, every evaluation (1 min; the lasting group every 5 min):
-#   short  = min_over_time(deriv(u[short_window])[short_sustain]) > 0, once u spans both
-#   medium = the same over the medium windows
-#   lasting = min(floor rise, envelope rise) per day, above max(min bytes, ratio * limit);
-#             floor = the lowest figure over a day, envelope = the highest over the day
-#             before the last hour, each against the same one day earlier
-#   time to limit per horizon = (limit - level) / rate, level = the peak of the last
-#             peak window (short, medium) or the envelope when above it (lasting);
-#             the soonest binds
-#   top grower = the kind with the largest growth; when it is anon or shmem, the process
-#             with the largest positive growth (the kind's otherwise)
-# Where this mirror and the rules of the forecast branch (0283219) differ, by design of
-# the contract ("the soonest credible forecast"; the grower "at the binding horizon"):
-#   - a short or medium forecast counts only beyond the peaks' envelope plus a day of
-#     the lasting trend (the page's own confirmation; the rule's time to limit takes
-#     any horizon: a daily swing's afternoon then reads as a medium-horizon kill);
-#   - the grower's growth is taken at the binding horizon (the rule takes the last
-#     hour's deriv: a slow leak under a daily swing names the swing's process).
-# Each function below is one of those rules over points read locally.
+# One function per recorded series of alerts/rules.py, named after it, over points a
+# surface read itself; :func:`local_forecast` chains them in the rules' order. The rules
+# are evaluated every minute (the lasting group every 5 min); the mirror at the moment
+# asked. tests/test_one_answer.py compares the two on the same series (promtool
+# evaluates the real rules), so a rule that changes without its mirror fails there.
+#   GROWTH{short,medium}      growth_sustained: min_over_time(deriv(u[w])[sustain]) > 0
+#   GROWTH{lasting}           lasting: the smaller of the floor's and the envelope's
+#                             rise per envelope window, above the rules' minimum
+#   PEAK_ENVELOPE             envelope: the highest figure over the window before the
+#                             last hour
+#   TIME_TO_LIMIT_BY_HORIZON  time_to_limit_by_horizon
+#   TIME_TO_LIMIT             soonest: bottomk(1) of the above, with its horizon
+#   KIND_GROWTH               kind_growth: the last hour's deriv per kind
+#   PROCESS_GROWTH            process_growth: the last hour's deriv per process
+#   TOP_GROWER                top_grower (on the binding cgroup only: mark_binding)
+#   BINDING                   mark_binding
 HOUR_S = 3600.0
 
 
@@ -338,57 +357,94 @@ def growth(points: Sequence[Point], now: float, w: Windows, limit: float
     return {h: r for h, r in out.items() if r is not None and r > 0}
 
 
-def time_to_limit(limit: float, recent_peak: float, rates: Mapping[str, float],
-                  peaks: float | None, day: float = DAY_S) -> tuple[float | None, str | None]:
-    """The soonest credible forecast and its horizon: short and medium from the recent
-    peak, credible only beyond the peaks' envelope plus a day of the lasting trend (a
-    climb the recurring peaks already reach is the daily swing's: the page's own
-    confirmation); the lasting one from the
-    envelope when it is above the recent peak (the next peak is what hits the limit).
-    Within ``TIE`` the longer horizon names it."""
-    best: tuple[float | None, str | None] = (None, None)
-    for h in reversed(HORIZONS):  # a steady leak reads the same at every horizon: the
-        r = rates.get(h)          # longest says what it is, a shorter must be sooner
-        if r is None or r <= 0:
-            continue
-        if h != "lasting" and peaks is not None and \
-                recent_peak <= peaks + rates.get("lasting", 0.0) * day:
-            continue
-        level = max(recent_peak, peaks or 0.0) if h == "lasting" else recent_peak
-        t = max(0.0, limit - level) / r
-        if best[0] is None or t < TIE * best[0]:
-            best = (t, h)
-    return best
+def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
+                             rates: Mapping[str, float], peaks: float | None,
+                             w: Windows) -> dict[str, float]:
+    """TIME_TO_LIMIT_BY_HORIZON: seconds to the limit in force now, per horizon.
+
+    * short, medium: from the recent peak (max over the peak window), and only while the
+      figure is beyond the peaks' envelope plus an envelope window of the lasting trend
+      (or there is no envelope yet): the page's own confirmation, which the rule applies
+      since the lead's change of issue 24 (a daily swing's afternoon, a sawtooth's tooth
+      is no kill forecast);
+    * lasting: from the envelope when it is above the recent peak (the next peak is what
+      hits the limit), else the recent peak.
+    """
+    out: dict[str, float] = {}
+    lasting_rate = rates.get("lasting")
+    beyond = peaks is None or now_value > peaks + w.baseline * (lasting_rate or 0.0)
+    for h in ("short", "medium"):
+        r = rates.get(h)
+        if r is not None and r > 0 and beyond:
+            out[h] = max(0.0, limit - recent_peak) / r
+    if lasting_rate is not None and lasting_rate > 0:
+        level = peaks if peaks is not None and peaks > recent_peak else recent_peak
+        out["lasting"] = max(0.0, limit - level) / lasting_rate
+    return out
 
 
-TIE = 0.95  # forecasts within 5% of each other are one forecast
+def soonest(by_horizon: Mapping[str, float]) -> tuple[float | None, str | None]:
+    """TIME_TO_LIMIT: ``bottomk by (cgroup) (1, TIME_TO_LIMIT_BY_HORIZON)``. On an exact
+    tie (bottomk's pick is arbitrary) the longer horizon: it says what the growth is."""
+    if not by_horizon:
+        return None, None
+    h = min(reversed(HORIZONS), key=lambda x: by_horizon.get(x, math.inf))
+    return by_horizon[h], h
 
 
-def top_grower(kinds: Mapping[str, Sequence[Point]], processes: Mapping[str, Sequence[Point]],
-               now: float, w: Windows, limit: float, horizon: str | None) -> Grower | None:
-    """The kind with the largest growth at the horizon that binds (the lasting rise for a
-    slow leak: a daily swing's afternoon is not what grows) and, when it is a process's
-    (anon, shmem), the process that grows most; the last hour's slope when no horizon
-    forecasts a kill."""
-    def rate(points: Sequence[Point]) -> float | None:
-        if horizon is None:
-            return slope(points, now - w.hour, now)
-        return growth(points, now, w, limit).get(horizon, 0.0)
+def kind_growth(kinds: Mapping[str, Sequence[Point]], now: float, w: Windows
+                ) -> dict[str, float]:
+    """KIND_GROWTH: deriv over the last hour of anon and shmem, of kernel + sock summed
+    (as "kernel"), of the pod's /dev/shm ("dev_shm") and of the hidden memory."""
+    out: dict[str, float] = {}
+    for kind, parts in (("anon", ("anon",)), ("shmem", ("shmem",)),
+                        ("kernel", ("kernel", "sock")), ("dev_shm", ("dev_shm",)),
+                        ("hidden", ("hidden",))):
+        rates = [r for p in parts if p in kinds
+                 and (r := slope(kinds[p], now - w.hour, now)) is not None]
+        if rates:
+            out[kind] = sum(rates)
+    return out
 
-    kind_rates = {k: r for k in GROWER_KINDS if k in kinds
-                  and (r := rate(kinds[k])) is not None}
-    proc_rates = {n: r for n, p in processes.items() if (r := rate(p)) is not None}
-    kind = max(kind_rates, key=lambda k: kind_rates[k], default="")
-    if kind in ("shmem", "hidden") and kind_rates.get("dev_shm", 0.0) >= \
-            0.9 * kind_rates[kind] > 0:
-        kind = "dev_shm"  # what grows is /dev/shm's files (shmem, unmapped): say where
-    proc = max(proc_rates, key=lambda n: proc_rates[n], default="")
-    proc_grows = bool(proc) and proc_rates[proc] > 0
-    if kind in ("anon", "shmem") and proc_grows:
-        return Grower(kind, proc, proc_rates[proc])
-    if kind:
-        return Grower(kind, "", kind_rates[kind])
-    return Grower("anon", proc, proc_rates[proc]) if proc_grows else None
+
+def process_growth(processes: Mapping[str, Sequence[Point]], now: float, w: Windows
+                   ) -> dict[str, float]:
+    """PROCESS_GROWTH: deriv over the last hour of each process's anon + mapped shmem."""
+    return {n: r for n, pts in processes.items()
+            if (r := slope(pts, now - w.hour, now)) is not None}
+
+
+def _top(rates: Mapping[str, float], order: Sequence[str] = ()) -> str | None:
+    """topk(1): the largest. Within ``TIE`` of it (topk's pick among equals is arbitrary;
+    /dev/shm files are shmem and hidden too, growing at the same rate) the first in
+    ``order``: the more specific name says where to look."""
+    if not rates:
+        return None
+    best = max(rates.values())
+    rank = {k: i for i, k in enumerate(order)}
+    near = [k for k, r in rates.items() if r >= best - TIE * abs(best)]
+    return min(near, key=lambda k: (rank.get(k, len(rank)), -rates[k], k))
+
+
+TIE = 1e-6  # relative: rates this close are one rate read twice
+
+
+def top_grower(kinds: Mapping[str, float], processes: Mapping[str, float]
+               ) -> Grower | None:
+    """TOP_GROWER from KIND_GROWTH and PROCESS_GROWTH of one cgroup: the process that
+    grows most (when it grows), unless the kind that grows most is no process's memory
+    (dev_shm, kernel, hidden, growing); named with the faster of anon and shmem (anon
+    when neither is reported). Otherwise the kind that grows most, whatever its sign."""
+    top_kind = _top(kinds, GROWER_KINDS)
+    top_proc = _top(processes)
+    not_a_process = top_kind is not None and top_kind not in ("anon", "shmem") \
+        and kinds[top_kind] > 0
+    if top_proc is not None and processes[top_proc] > 0 and not not_a_process:
+        kind = _top({k: kinds[k] for k in ("anon", "shmem") if k in kinds}) or "anon"
+        return Grower(kind, top_proc, processes[top_proc])
+    if top_kind is not None:
+        return Grower(top_kind, "", kinds[top_kind])
+    return None
 
 
 @dataclass(frozen=True)
@@ -418,18 +474,22 @@ def hidden(h: History) -> Sequence[Point]:
 
 
 def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast | None:
-    """The recorded series' definition over points read locally (see the module doc)."""
+    """The recorded series' rules, in their order, over points read locally (see the
+    comment above the mirror). BINDING (and with it TOP_GROWER's restriction to the
+    binding cgroup) needs the pod's other cgroups: :func:`mark_binding`."""
     w = w or Windows.of()
     if not h.unreclaimable or h.limit <= 0:
         return None
     u = h.unreclaimable[-1][1]
-    rates = growth(h.unreclaimable, now, w, h.limit)
-    peak = envelope(h.unreclaimable, now, w)
+    rates = growth(h.unreclaimable, now, w, h.limit)  # GROWTH
+    peaks = envelope(h.unreclaimable, now, w)  # PEAK_ENVELOPE
     recent = _extreme(h.unreclaimable, now - w.peak, now, "max") or u
-    ttl, horizon = time_to_limit(h.limit, recent, rates, peak, w.baseline)
-    kinds = {**h.kinds, "hidden": hidden(h)}
-    return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peak, ttl,
-                    horizon, top_grower(kinds, h.processes, now, w, h.limit, horizon), LOCAL)
+    by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w)
+    ttl, horizon = soonest(by_horizon)  # TIME_TO_LIMIT
+    kinds = kind_growth({**h.kinds, "hidden": hidden(h)}, now, w)  # KIND_GROWTH
+    procs = process_growth(h.processes, now, w)  # PROCESS_GROWTH
+    return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peaks, ttl,
+                    horizon, top_grower(kinds, procs), LOCAL, kinds, procs)
 
 
 def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:
@@ -453,9 +513,9 @@ def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list
         chosen |= {f.key for f in within}
         if len(within) < len(conts) or not conts:
             chosen.add(pod.key)
-    return [Forecast(f.namespace, f.pod, f.container, f.limit, f.unreclaimable,
-                     f.key in chosen, f.growth, f.envelope, f.time_to_limit, f.horizon,
-                     f.grower, f.source) for f in fs]
+    # TOP_GROWER is recorded "and on (cgroup) BINDING == 1": none on the others.
+    return [dataclasses.replace(f, binding=f.key in chosen,
+                                grower=f.grower if f.key in chosen else None) for f in fs]
 
 
 # --- what grew before a kill --------------------------------------------------------------------

@@ -301,12 +301,13 @@ class Histories:
         return fc.History(p.namespace, p.pod, g.container, finite(g.limit) or 0.0,
                           self.points("u", p.namespace, p.pod, g.container), kinds, procs)
 
-    def slope(self, *key: str) -> float | None:
-        """The plain slope over the short window (the process view's growth)."""
+    def process_growth(self, *key: str) -> float | None:
+        """The process view's growth: PROCESS_GROWTH's mirror (the last hour's deriv),
+        the figure the cluster view reads."""
         pts = self.points(*key)
         if len(pts) < 2:
             return None
-        return fc.slope(pts, pts[-1][0] - self.windows.short, pts[-1][0])
+        return fc.process_growth({"": pts}, pts[-1][0], self.windows).get("")
 
 
 def local_forecasts(pods: Mapping[Key, Pod], hist: Histories, now: float
@@ -440,11 +441,14 @@ class State:
     selected: int = 0
     detail: Key | None = None  # the pod whose cgroups and processes are shown
     error: str = ""
-    pods: dict[Key, Pod] = field(default_factory=dict)
     hist: Histories = field(default_factory=Histories)
     rows: list[Row] = field(default_factory=list)
     cgroups: dict[Key, list[fc.Forecast]] = field(default_factory=dict)
     kills: dict[Key, KillMark] = field(default_factory=dict)
+    # The process view: each pod's processes, and (cluster mode) their recorded growth
+    # per (namespace, pod, container, process).
+    procs: dict[Key, tuple[Proc, ...]] = field(default_factory=dict)
+    proc_growth: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     updated: float = 0.0
     reads: int = 0
     forecast_at: float | None = None  # when the local forecast was last computed
@@ -569,9 +573,9 @@ def _draw_pods(st: State, width: int, room: int, now: float) -> list[Line]:
 def _draw_detail(st: State, width: int, now: float) -> list[Line]:
     assert st.detail is not None
     fs = st.cgroups.get(st.detail, [])
-    p = st.pods.get(st.detail)
+    procs = st.procs.get(st.detail, ())
     name = "/".join(x for x in st.detail if x)
-    if not fs and p is None:
+    if not fs and not procs:
         m = st.kills.get(st.detail)
         return [(_fit(f"{name}: gone" + (f"; last kill: {m.link}" if m else ""), width),
                  "bad")]
@@ -592,14 +596,17 @@ def _draw_detail(st: State, width: int, now: float) -> list[Line]:
     if m is not None:
         out.append((_fit(f"kills: {m.count:.0f}, last {_kill_text(m, now)}: {m.link}",
                          width), "bad"))
-    if p is None or not p.processes:
+    if not procs:
         return out
-    limits = {g.container: g.limit for g in p.cgroups}
+    ns, pod = st.detail
+    limits = {f.container: f.limit for f in fs}
     out.append(("", ""))
     out.append((_fit(f"{'CONTAINER':<16} {'PROCESS':<24} {'N':>3} {'ANON':>10} "
-                     f"{'SHMEM':>10} {'GROWTH':>13} {'LIMIT':>10}", width), "head"))
-    for q in sorted(p.processes, key=lambda q: -(finite(q.held) or 0.0)):
-        rate = st.hist.slope("p", p.namespace, p.pod, q.container, q.process)
+                     f"{'SHMEM':>10} {'GROWTH 1h':>13} {'LIMIT':>10}", width), "head"))
+    for q in sorted(procs, key=lambda q: -(finite(q.held) or 0.0)):
+        rate = (st.proc_growth.get((ns, pod, q.container, q.process))
+                if st.source == fc.RECORDED
+                else st.hist.process_growth("p", ns, pod, q.container, q.process))
         lim = limits.get(q.container, limits.get(""))
         out.append((_fit(f"{pad(q.container, 16)} {pad(q.process, 24)} {q.count:>3} "
                          f"{human_bytes(q.anon):>10} {human_bytes(q.shmem):>10} "
@@ -663,6 +670,8 @@ class Cluster:
     orphaned: dict[Key, float]
     kv: dict[Key, float]
     kills: dict[Key, KillMark]
+    processes: dict[Key, tuple[Proc, ...]] = field(default_factory=dict)
+    process_growth: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
 
 
 def _http(url: str, data: bytes | None = None, timeout: float = 5.0) -> bytes:
@@ -696,6 +705,14 @@ def cluster_queries(extra: str = "") -> dict[str, str]:
     q["kill_at"] = (f"max by (namespace, pod) (max_over_time((timestamp("
                     f"{c.OOM_KILLS_TOTAL.name}{kills}) and changes("
                     f"{c.OOM_KILLS_TOTAL.name}{kills}[2m]) > 0)[1d:1m]))")
+    # The process view: what the local view reads from the exposition (anon, shmem and
+    # count per process; max over exporters that overlap in a rollout), and the growth
+    # the rules record (PROCESS_GROWTH, in recorded_queries).
+    procs = "{" + ", ".join(x for x in (extra, 'kind=~"rss_anon|rss_shmem"') if x) + "}"
+    q["proc_memory"] = (f"max by (namespace, pod, container, process, kind) "
+                        f"({c.PROCESS_MEMORY_BYTES.name}{procs})")
+    q["proc_count"] = (f"max by (namespace, pod, container, process) "
+                       f"({c.PROCESS_COUNT.name}{sel})")
     return q
 
 
@@ -727,7 +744,32 @@ def cluster_of(answers: Mapping[str, Sequence[Sample]]) -> Cluster:
             kills[key] = KillMark(s.value, at.get(key),
                                   f"http://{inst}/debug/oom/" if inst else "/debug/oom/")
     return Cluster(fc.from_recorded(clean), per_pod("shm"), per_pod("orphaned"),
-                   per_pod("kv"), kills)
+                   per_pod("kv"), kills, *cluster_processes(clean))
+
+
+def cluster_processes(answers: Mapping[str, Sequence[Sample]]
+                      ) -> tuple[dict[Key, tuple[Proc, ...]],
+                                 dict[tuple[str, str, str, str], float]]:
+    """The process view's rows per pod and their recorded growth (PROCESS_GROWTH)."""
+    def ident(s: Sample) -> tuple[str, str, str, str]:
+        lb = s.labels
+        return (lb.get("namespace", ""), lb.get("pod", ""), lb.get("container", ""),
+                lb.get("process", ""))
+
+    parts: dict[tuple[str, str, str, str], dict[str, float]] = {}
+    for s in answers.get("proc_memory", ()):
+        parts.setdefault(ident(s), {})[s.labels.get("kind", "")] = s.value
+    for s in answers.get("proc_count", ()):
+        parts.setdefault(ident(s), {})["count"] = s.value
+    procs: dict[Key, tuple[Proc, ...]] = {}
+    for (ns, pod, cont, name), f in sorted(parts.items()):
+        proc = Proc(cont, name, finite(f.get("rss_anon")) or 0.0,
+                    finite(f.get("rss_shmem")) or 0.0, 0.0,
+                    int(finite(f.get("count")) or 0))
+        procs[(ns, pod)] = (*procs.get((ns, pod), ()), proc)
+    growth = {ident(s): s.value for s in answers.get("process_growth", ())
+              if math.isfinite(s.value)}
+    return procs, growth
 
 
 def fetch_cluster(base: str, extra: str = "", timeout: float = 10.0) -> Cluster:
@@ -800,13 +842,15 @@ def apply(st: State, read: Read) -> None:
         st.updated = read.when
         st.rows, st.cgroups = cluster_rows(read.cluster)
         st.kills = dict(read.cluster.kills)
+        st.procs = dict(read.cluster.processes)
+        st.proc_growth = dict(read.cluster.process_growth)
         return
     if read.pods is None:
         return
     first = st.reads == 0
     st.reads += 1
     st.updated = read.when
-    st.pods = read.pods
+    st.procs = {k: p.processes for k, p in read.pods.items()}
     st.hist.observe(read.when, read.pods)
     # As the rules do: a forecast per evaluation step, not per read (each costs a pass
     # over every series); a pod that came or went is forecast at once.
