@@ -258,6 +258,11 @@ class Windows:
     hour: float  # the lasting group's hourly minima and maxima; the grower's deriv
     min_rise_bytes: float
     min_rise_ratio: float
+    climbing_lag: float = 120.0  # the short horizon only while the figure makes new highs
+    beyond_ratio: float = 0.01  # a climb beyond the peaks: by this much of the limit...
+    beyond_trend: float = 6 * 3600.0  # ...or this much lasting trend while it binds
+    pattern_period: float = 86400.0  # the daily pattern: the same hours one period ago
+    lasting_interval: float = 300.0  # the lasting group's interval
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -265,7 +270,14 @@ class Windows:
         return cls(config.short_window_s, config.short_sustain_s, config.medium_window_s,
                    config.medium_sustain_s, config.baseline_window_s, step,
                    config.peak_window_s, HOUR_S / scale, config.min_baseline_rise_bytes,
-                   config.min_baseline_rise_ratio)
+                   config.min_baseline_rise_ratio, config.climbing_lag_s,
+                   config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
+                   config.pattern_period_s, config.lasting_interval_s)
+
+    @property
+    def pattern_ahead(self) -> tuple[float, ...]:
+        """The daily pattern's windows ahead (``rules.pattern_windows_s``)."""
+        return tuple(k * self.hour for k in (1, 2, 3, 6))
 
 
 DAY_S = 86400.0
@@ -347,39 +359,74 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     return rise / w.baseline
 
 
+def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
+    """The short horizon's guard: the figure now above every one from the climbing lag
+    to the lag plus the short window ago (a batch that stopped drops out)."""
+    if not points:
+        return False
+    before = _extreme(points, now - w.climbing_lag - w.short, now - w.climbing_lag, "max")
+    return before is not None and points[-1][1] > before
+
+
 def growth(points: Sequence[Point], now: float, w: Windows, limit: float
            ) -> dict[str, float]:
     out = {
-        "short": sustained(points, now, w.short, w.short_sustain, w.step),
+        "short": sustained(points, now, w.short, w.short_sustain, w.step)
+        if climbing(points, now, w) else None,
         "medium": sustained(points, now, w.medium, w.medium_sustain, w.step),
         "lasting": lasting(points, now, w, limit),
     }
     return {h: r for h, r in out.items() if r is not None and r > 0}
 
 
+def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit: float,
+                          lasting_rate: float | None) -> float | None:
+    """The daily pattern (PATTERN_PEAK, then the lasting part of
+    TIME_TO_LIMIT_BY_HORIZON): the first window ahead whose highest figure one period
+    ago, lifted by a period of lasting growth, reaches the limit now (its length)."""
+    if lasting_rate is None or lasting_rate <= 0:
+        return None
+    back = now - w.pattern_period
+    for ahead in w.pattern_ahead:
+        # max_over_time(HOURLY_MAX[ahead - 1h + 3 intervals] offset (period - ahead))
+        top = _extreme(points, back - 3 * w.lasting_interval, back + ahead, "max")
+        if top is not None and top + lasting_rate * w.pattern_period >= limit:
+            return ahead
+    return None
+
+
 def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                              rates: Mapping[str, float], peaks: float | None,
-                             w: Windows) -> dict[str, float]:
-    """TIME_TO_LIMIT_BY_HORIZON: seconds to the limit in force now, per horizon.
+                             w: Windows, pattern: float | None = None) -> dict[str, float]:
+    """TIME_TO_LIMIT (per horizon, before ``soonest``): seconds to the limit in force now.
 
-    * short, medium: from the recent peak (max over the peak window), and only while the
-      figure is beyond the peaks' envelope plus an envelope window of the lasting trend
-      (or there is no envelope yet): the page's own confirmation, which the rule applies
-      since the lead's change of issue 24 (a daily swing's afternoon, a sawtooth's tooth
-      is no kill forecast);
-    * lasting: from the envelope when it is above the recent peak (the next peak is what
-      hits the limit), else the recent peak.
+    * lasting: the sooner of the envelope (when it is above the recent peak: the next
+      peak is what hits the limit; else the recent peak) at the lasting rate and the
+      daily pattern (``pattern``, :func:`pattern_time_to_limit`);
+    * short, medium: from the recent peak, and only where the climb goes beyond the
+      pattern (CLIMB_BEYOND_PATTERN): above the peaks' envelope by a margin plus an
+      envelope window of the lasting trend, or by ``beyond_trend`` of it while the
+      lasting horizon reaches the limit within an envelope window, or no envelope yet.
     """
     out: dict[str, float] = {}
     lasting_rate = rates.get("lasting")
-    beyond = peaks is None or now_value > peaks + w.baseline * (lasting_rate or 0.0)
+    if lasting_rate is not None and lasting_rate > 0:
+        level = peaks if peaks is not None and peaks > recent_peak else recent_peak
+        out["lasting"] = max(0.0, limit - level) / lasting_rate
+    if pattern is not None:
+        out["lasting"] = min(out.get("lasting", math.inf), pattern)
+    trend = lasting_rate or 0.0
+    if peaks is None:
+        beyond = True
+    else:
+        above = peaks + w.beyond_ratio * limit
+        beyond = now_value > above + w.baseline * trend or (
+            lasting_rate is not None and now_value > above + w.beyond_trend * trend
+            and out.get("lasting", math.inf) < w.baseline)
     for h in ("short", "medium"):
         r = rates.get(h)
         if r is not None and r > 0 and beyond:
             out[h] = max(0.0, limit - recent_peak) / r
-    if lasting_rate is not None and lasting_rate > 0:
-        level = peaks if peaks is not None and peaks > recent_peak else recent_peak
-        out["lasting"] = max(0.0, limit - level) / lasting_rate
     return out
 
 
@@ -484,7 +531,9 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     rates = growth(h.unreclaimable, now, w, h.limit)  # GROWTH
     peaks = envelope(h.unreclaimable, now, w)  # PEAK_ENVELOPE
     recent = _extreme(h.unreclaimable, now - w.peak, now, "max") or u
-    by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w)
+    pattern = pattern_time_to_limit(h.unreclaimable, now, w, h.limit,
+                                    rates.get("lasting"))  # PATTERN_PEAK
+    by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w, pattern)
     ttl, horizon = soonest(by_horizon)  # TIME_TO_LIMIT
     kinds = kind_growth({**h.kinds, "hidden": hidden(h)}, now, w)  # KIND_GROWTH
     procs = process_growth(h.processes, now, w)  # PROCESS_GROWTH
