@@ -409,23 +409,54 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """,
             agg=agg, name=name, bw=bw, lag=lag, lag2=duration(bw_s + lag_s), g=gb, old=old)
 
-    top_kind = f"topk by {gb} (1, {q.KIND_GROWTH})"
+    # The growth the binding horizon reads: day over day where the lasting horizon
+    # binds the pod, over the last hour otherwise.
+    lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
+    def kg(kinds: str = "") -> str:
+        sel = f'{{kind=~"{kinds}"}}' if kinds else ""
+        return f"({q.KIND_LASTING_GROWTH}{sel} and {lasting_binds} or {q.KIND_GROWTH}{sel})"
+
+    pg = f"({q.PROCESS_LASTING_GROWTH} and {lasting_binds} or {q.PROCESS_GROWTH})"
+    top_kind = f"topk by {gb} (1, {kg()})"
     top_process = expr(
         """
             topk by ${g} (1, ${pg})
           or
             label_replace(topk by ${pod} (1, ${pg}), "container", "", "container", ".*")
         """,
-        g=gb, pg=q.PROCESS_GROWTH, pod=pod)
+        g=gb, pg=pg, pod=pod)
+    period = duration(config.pattern_period_s)
+
+    def day_over_day(selector: str) -> str:
+        return expr("(avg_over_time(${s}[${hw}]) - avg_over_time(${s}[${hw}] offset ${p}))"
+                    " / ${p_s}", s=selector, hw=hw, p=period, p_s=config.pattern_period_s)
+
+    def per_kind(of: Any) -> str:
+        # anon and shmem as they are; kernel + socket buffers as "kernel"; the pod's
+        # memory-backed tmpfs as "dev_shm"; memory no process accounts for as "hidden".
+        return expr(
+            """
+                ${anon}
+            or
+                label_replace(sum by ${g} (${kernel}), "kind", "kernel", "", "")
+            or
+                label_replace(sum by ${g} (${tmpfs}), "kind", "dev_shm", "", "")
+            or
+                label_replace(${hidden}, "kind", "hidden", "", "")
+            """,
+            anon=of(f'{q.MEMORY_KIND}{{kind=~"anon|shmem"}}'), g=gb,
+            kernel=of(f'{q.MEMORY_KIND}{{kind=~"kernel|sock"}}'), tmpfs=of(q.TMPFS_USED),
+            hidden=of(q.HIDDEN))
     # The process that grows most, unless what grows most is no process's memory (files
     # in /dev/shm no process maps, kernel memory, hidden charges).
     named = expr(
         """
         (${top_process}) > 0
         unless on ${g}
-        (${top_kind} and ${kg}{kind!~"anon|shmem"} > 0)
+        (${top_kind} and ${kg} > 0 unless ${kg_process})
         """,
-        top_process=_indent(top_process, 2), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH)
+        top_process=_indent(top_process, 2), g=gb, top_kind=top_kind, kg=kg(),
+        kg_process=kg("anon|shmem"))
     rules_: list[tuple[str, str]] = [
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -466,19 +497,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),
-        (q.KIND_GROWTH, expr(
-            """
-                deriv(${kind}{kind=~"anon|shmem"}[${hw}])
-            or
-                label_replace(sum by ${g} (deriv(${kind}{kind=~"kernel|sock"}[${hw}])),
-                              "kind", "kernel", "", "")
-            or
-                label_replace(sum by ${g} (deriv(${tmpfs}[${hw}])), "kind", "dev_shm", "", "")
-            or
-                label_replace(deriv(${hidden}[${hw}]), "kind", "hidden", "", "")
-            """,
-            kind=q.MEMORY_KIND, hw=hw, g=gb, tmpfs=q.TMPFS_USED, hidden=q.HIDDEN)),
+        (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
+        (q.KIND_LASTING_GROWTH, per_kind(day_over_day)),
+        (q.PROCESS_LASTING_GROWTH, day_over_day(q.PROCESS_MEMORY)),
         # A process is named when the kind that grows most is a process's (anon, shmem)
         # or no kind is reported; else the kind alone (/dev/shm files, kernel memory).
         (q.TOP_GROWER, expr(
@@ -486,7 +508,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             (
                 (${named})
               * on ${g} group_left (kind)
-                (topk by ${g} (1, ${kg}{kind=~"anon|shmem"}) * 0 + 1)
+                (topk by ${g} (1, ${kg}) * 0 + 1)
               or on ${g}
                 label_replace(${named}, "kind", "anon", "", "")
               or on ${g}
@@ -494,7 +516,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             )
             and on ${g} ${binding} == 1
             """,
-            named=_indent(named, 4), g=gb, top_kind=top_kind, kg=q.KIND_GROWTH,
+            named=_indent(named, 4), g=gb, top_kind=top_kind, kg=kg("anon|shmem"),
             binding=q.BINDING)),
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
     ]

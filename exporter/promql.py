@@ -305,6 +305,8 @@ WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
 KIND_GROWTH = "headroom:memory_kind_growth:rate"  # per workload and kind
 PROCESS_GROWTH = "headroom:process_memory_growth:rate"  # per workload and process
+KIND_LASTING_GROWTH = "headroom:memory_kind_lasting_growth:rate"  # per workload and kind
+PROCESS_LASTING_GROWTH = "headroom:process_memory_lasting_growth:rate"
 TOP_GROWER = "headroom:memory_top_grower:rate"  # labels kind, process
 VLLM_ANSWERED = "headroom:vllm_answered:bool"
 # Compatibility: the alert owner of earlier releases is the binding cgroup.
@@ -378,9 +380,15 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "growth (absent without lasting growth)",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
+    KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "
+    "same hour's one period ago, per second): a daily swing, read at the same phase, "
+    "does not rise",
+    PROCESS_LASTING_GROWTH: "each process's day-over-day rise, as KIND_LASTING_GROWTH",
     TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "
     "and, when that kind is a process's (anon, shmem), the process that grows most; "
-    "value = that process's (or the kind's) growth over the last hour (bytes/s)",
+    "value = that process's (or the kind's) growth (bytes/s) at the horizon that binds: "
+    "day over day where the lasting horizon binds (a slow leak under a daily swing is "
+    "named, not the swing), over the last hour otherwise",
     VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
     "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
 }

@@ -531,8 +531,8 @@ def unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "evaluation_interval": "1m",
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (
-            _near_limit, _near_limit_flat, _filling_up_critical, _reclaim, _shm, _kv, _oom, _stale_shm,
-            _node_pressure, _meta,
+            _near_limit, _near_limit_flat, _filling_up_critical, _reclaim, _shm, _kv, _oom,
+            _stale_shm, _node_pressure, _meta,
         )],
     }
 

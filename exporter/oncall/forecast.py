@@ -439,26 +439,45 @@ def soonest(by_horizon: Mapping[str, float]) -> tuple[float | None, str | None]:
     return by_horizon[h], h
 
 
-def kind_growth(kinds: Mapping[str, Sequence[Point]], now: float, w: Windows
-                ) -> dict[str, float]:
-    """KIND_GROWTH: deriv over the last hour of anon and shmem, of kernel + sock summed
-    (as "kernel"), of the pod's /dev/shm ("dev_shm") and of the hidden memory."""
+def day_over_day(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """The lasting growth of one kind or process (KIND_LASTING_GROWTH,
+    PROCESS_LASTING_GROWTH): the last hour's mean minus the same hour's one period ago,
+    per second."""
+    def mean(end: float) -> float | None:
+        vs = [v for _, v in between(points, end - w.hour, end)]
+        return sum(vs) / len(vs) if vs else None
+
+    a, b = mean(now), mean(now - w.pattern_period)
+    return None if a is None or b is None else (a - b) / w.pattern_period
+
+
+def _hour_slope(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    return slope(points, now - w.hour, now)
+
+
+def kind_growth(kinds: Mapping[str, Sequence[Point]], now: float, w: Windows,
+                lasting: bool = False) -> dict[str, float]:
+    """KIND_GROWTH (KIND_LASTING_GROWTH with ``lasting``): deriv over the last hour (the
+    day-over-day rise) of anon and shmem, of kernel + sock summed (as "kernel"), of the
+    pod's /dev/shm ("dev_shm") and of the hidden memory."""
+    rate = day_over_day if lasting else _hour_slope
     out: dict[str, float] = {}
     for kind, parts in (("anon", ("anon",)), ("shmem", ("shmem",)),
                         ("kernel", ("kernel", "sock")), ("dev_shm", ("dev_shm",)),
                         ("hidden", ("hidden",))):
         rates = [r for p in parts if p in kinds
-                 and (r := slope(kinds[p], now - w.hour, now)) is not None]
+                 and (r := rate(kinds[p], now, w)) is not None]
         if rates:
             out[kind] = sum(rates)
     return out
 
 
-def process_growth(processes: Mapping[str, Sequence[Point]], now: float, w: Windows
-                   ) -> dict[str, float]:
-    """PROCESS_GROWTH: deriv over the last hour of each process's anon + mapped shmem."""
-    return {n: r for n, pts in processes.items()
-            if (r := slope(pts, now - w.hour, now)) is not None}
+def process_growth(processes: Mapping[str, Sequence[Point]], now: float, w: Windows,
+                   lasting: bool = False) -> dict[str, float]:
+    """PROCESS_GROWTH (PROCESS_LASTING_GROWTH with ``lasting``): deriv over the last hour
+    (the day-over-day rise) of each process's anon + mapped shmem."""
+    rate = day_over_day if lasting else _hour_slope
+    return {n: r for n, pts in processes.items() if (r := rate(pts, now, w)) is not None}
 
 
 def _top(rates: Mapping[str, float], order: Sequence[str] = ()) -> str | None:
@@ -535,10 +554,18 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
                                     rates.get("lasting"))  # PATTERN_PEAK
     by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w, pattern)
     ttl, horizon = soonest(by_horizon)  # TIME_TO_LIMIT
-    kinds = kind_growth({**h.kinds, "hidden": hidden(h)}, now, w)  # KIND_GROWTH
+    all_kinds = {**h.kinds, "hidden": hidden(h)}
+    kinds = kind_growth(all_kinds, now, w)  # KIND_GROWTH
     procs = process_growth(h.processes, now, w)  # PROCESS_GROWTH
+    # TOP_GROWER reads the growth of the horizon that binds: day over day for lasting
+    # (over what either rule records: KIND_LASTING_GROWTH and KIND_GROWTH).
+    if horizon == "lasting":
+        grower = top_grower({**kinds, **kind_growth(all_kinds, now, w, lasting=True)},
+                            {**procs, **process_growth(h.processes, now, w, lasting=True)})
+    else:
+        grower = top_grower(kinds, procs)
     return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peaks, ttl,
-                    horizon, top_grower(kinds, procs), LOCAL, kinds, procs)
+                    horizon, grower, LOCAL, kinds, procs)
 
 
 def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:
