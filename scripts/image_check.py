@@ -455,7 +455,7 @@ def default_refusal_check(values: dict[str, Any], host: c2p.HostContext, name: s
     (the whole cgroupfs) must not start the exporter, and must say what to set."""
     init = run_init_containers(c2p.render_daemonset(values), host, f"{name}-default")
     ok = not init.ok and "cgroupV1Controllers" in init.detail
-    return Result("default chart refuses a writable cgroupfs (v1)", ok, init.detail[-300:])
+    return Result("default chart refuses a writable cgroupfs (v1)", ok, init.detail[:300])
 
 
 def oom_checks(label: str, base: str, h: MemoryHierarchy, rel: str,
