@@ -49,6 +49,7 @@ done
 case $ARCH in amd64|arm64) ;; *) die "unknown --arch $ARCH (amd64 or arm64)" ;; esac
 
 BASE_REF=localhost/python:$PYVER-slim-$SUITE-$ARCH
+HOST_BASE_REF=localhost/python:$PYVER-slim-$SUITE-$HOST_ARCH
 IMAGE_REF=localhost/headroom:$VERSION-$ARCH
 
 ensure_tools() {
@@ -271,6 +272,8 @@ print(*p["build-system"]["requires"], *p["project"]["dependencies"], sep="\n")')
 build() {
     ensure_tools
     make_base
+    # The Dockerfile's builder stage runs natively, on the host's own base.
+    [[ $ARCH == "$HOST_ARCH" ]] || ARCH=$HOST_ARCH BASE_REF=$HOST_BASE_REF make_base
     local wheels conf
     wheels=$(wheelhouse)
     # The build reads wheels from the wheelhouse only: no network, index or certificates.
@@ -280,7 +283,10 @@ build() {
     # --no-cache: buildah 1.28 reuses the final stage's `RUN --mount=...,from=builder` layer
     # when only the builder stage changed (seen here: a stale exporter in a "new" image).
     # Nothing slow is lost: the base is an image and the wheels come from the wheelhouse.
-    podman build --no-cache --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
+    podman build --no-cache --pull=never --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
+        --build-arg "BUILD_PYTHON_IMAGE=$HOST_BASE_REF" \
+        --build-arg "BUILDPLATFORM=linux/$HOST_ARCH" --build-arg "TARGETPLATFORM=linux/$ARCH" \
+        --build-arg "TARGETARCH=$ARCH" \
         -v "$wheels:/wheelhouse:ro" -v "$conf:/etc/pip.conf:ro" \
         -t "$IMAGE_REF" . >&2 || die "build of $IMAGE_REF failed"
     echo "$IMAGE_REF"

@@ -445,7 +445,7 @@ def run_init_containers(pod: dict[str, Any], host: c2p.HostContext, name: str) -
                              timeout=300)
         text = (out.stdout + out.stderr).strip().replace("\n", " | ")
         if out.returncode != 0:
-            return Result("init containers", False, f"{init} exit {out.returncode}: {text[-400:]}")
+            return Result("init containers", False, f"{init} exit {out.returncode}: {text[:400]}")
         said.append(f"{init}: {text[-160:]}")
     return Result("init containers", True, "; ".join(said) or "none")
 
