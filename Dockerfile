@@ -40,6 +40,9 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
          /wheels/vllm_headroom-*.whl \
     && python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/headroom
 
+# Said although it is the default: buildah 1.28 otherwise takes this stage's platform from
+# the builder's (scripts/image.sh passes both platforms, which it does not set itself).
+# hadolint ignore=DL3065
 FROM --platform=$TARGETPLATFORM ${PYTHON_IMAGE}
 COPY --from=builder /opt/headroom /opt/headroom
 ENV PYTHONPATH=/opt/headroom \
