@@ -6,14 +6,15 @@
 #        [--mutate hostPID|SYS_PTRACE|mount:NAME] [--whole-cgroupfs]   # must then fail
 #   bash scripts/image.sh ci      # scripts/test.sh's tier: both of the above, both arches
 #   bash scripts/image.sh base [--arch ...]   # only the base image (test.sh makes the
-#                                             # emulated one beside the earlier tiers)
+#                                             # other arch's beside the earlier tiers)
 #
 # No registry is needed: the Dockerfile's base (python:3.13-slim-trixie) is made locally
-# with debootstrap from the Debian archive (Debian's own python3.13), for the host's
-# architecture or, through qemu-user-static's binfmt handler, for the other one. podman
-# and buildah come from Debian. Cached under .cache/image/ (gitignored), keyed by what
-# they are made from:
-#   base-<suite>-<arch>.tar         the debootstrapped root filesystem (~2 min to make)
+# with debootstrap from the Debian archive (Debian's own python3.13) for the host's
+# architecture, and for the other one from that tree by swapping its architecture-dependent
+# packages (swap_arch_tar; qemu-user-static's binfmt handler then runs only ldconfig, the
+# build's `headroom --version` and the check). podman and buildah come from Debian.
+# Cached under .cache/image/ (gitignored), keyed by what they are made from:
+#   base-<suite>-<arch>.tar         the base's root filesystem (~2 min each to make)
 #   wheels/<arch>/<key>/            every dependency's wheel for that architecture, fetched
 #                                   on the host (native speed) with --only-binary=:all:, so
 #                                   a dependency without a wheel for <arch> fails here, by
