@@ -9,7 +9,8 @@ fails the container check instead of being silently left out.
     python3 scripts/chart_to_podman.py --image localhost/headroom:0.1.0-amd64 \
         [--set-json '{"extraArgs": [...]}'] [--name NAME] [--publish 127.0.0.1:9847]
 
-prints the command, one argument per line. scripts/image_check.py imports it.
+prints the commands (the init containers' first), one argument per line.
+scripts/image_check.py imports it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,20 +173,36 @@ def mount_flags(volumes: Sequence[Mapping[str, Any]], mounts: Sequence[Mapping[s
 
 def pod_to_podman(pod: Mapping[str, Any], host: HostContext, name: str) -> list[str]:
     """`podman run` arguments (without "podman run") for the pod's only container."""
-    _check_known(pod, POD_FIELDS_IGNORED | {"containers", "hostPID", "hostNetwork",
-                                            "hostIPC", "securityContext", "volumes",
-                                            "automountServiceAccountToken"}, "pod spec")
+    _check_known(pod, POD_FIELDS_IGNORED | {"containers", "initContainers", "hostPID",
+                                            "hostNetwork", "hostIPC", "securityContext",
+                                            "volumes", "automountServiceAccountToken"},
+                 "pod spec")
     if pod.get("automountServiceAccountToken", True):
         raise Untranslatable("automountServiceAccountToken: no API server outside a cluster "
                              "(render with kubernetes.enabled=false)")
     containers = pod["containers"]
     if len(containers) != 1:
         raise Untranslatable(f"{len(containers)} containers; one is translated")
-    c = containers[0]
+    return _container_argv(pod, containers[0], host, ["--detach", f"--name={name}"])
+
+
+def init_containers_to_podman(pod: Mapping[str, Any], host: HostContext,
+                              name: str) -> list[tuple[str, list[str]]]:
+    """(name, `podman run` arguments) of each init container, in order: each is run to
+    completion (--rm, in the foreground) and must exit 0 before the next, as the kubelet
+    runs them."""
+    unpublished = replace(host, publish_ip=None)
+    return [(c["name"], _container_argv(pod, c, unpublished,
+                                        ["--rm", f"--name={name}-{c['name']}"]))
+            for c in pod.get("initContainers", [])]
+
+
+def _container_argv(pod: Mapping[str, Any], c: Mapping[str, Any], host: HostContext,
+                    argv: list[str]) -> list[str]:
     _check_known(c, CONTAINER_FIELDS_IGNORED | {"image", "args", "command", "env", "ports",
                                                 "resources", "securityContext",
                                                 "volumeMounts"}, "container")
-    argv = ["--detach", f"--name={name}"]
+    argv = list(argv)
     argv.append("--pid=host" if pod.get("hostPID") else "--pid=private")
     if pod.get("hostIPC"):
         argv.append("--ipc=host")
@@ -257,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     host = HostContext(node_name=args.node_name,
                        scratch_dir=Path(args.scratch or tempfile.mkdtemp(prefix="headroom-pod-")),
                        publish_ip=args.publish)
+    for _, init in init_containers_to_podman(pod, host, args.name):
+        print("\n".join(["podman", "run", *init]), end="\n\n")
     print("\n".join(["podman", "run", *pod_to_podman(pod, host, args.name)]))
     return 0
 

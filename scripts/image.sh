@@ -6,14 +6,15 @@
 #        [--mutate hostPID|SYS_PTRACE|mount:NAME] [--whole-cgroupfs]   # must then fail
 #   bash scripts/image.sh ci      # scripts/test.sh's tier: both of the above, both arches
 #   bash scripts/image.sh base [--arch ...]   # only the base image (test.sh makes the
-#                                             # emulated one beside the earlier tiers)
+#                                             # other arch's beside the earlier tiers)
 #
 # No registry is needed: the Dockerfile's base (python:3.13-slim-trixie) is made locally
-# with debootstrap from the Debian archive (Debian's own python3.13), for the host's
-# architecture or, through qemu-user-static's binfmt handler, for the other one. podman
-# and buildah come from Debian. Cached under .cache/image/ (gitignored), keyed by what
-# they are made from:
-#   base-<suite>-<arch>.tar         the debootstrapped root filesystem (~2 min to make)
+# with debootstrap from the Debian archive (Debian's own python3.13) for the host's
+# architecture, and for the other one from that tree by swapping its architecture-dependent
+# packages (swap_arch_tar; qemu-user-static's binfmt handler then runs only ldconfig, the
+# build's `headroom --version` and the check). podman and buildah come from Debian.
+# Cached under .cache/image/ (gitignored), keyed by what they are made from:
+#   base-<suite>-<arch>.tar         the base's root filesystem (~2 min each to make)
 #   wheels/<arch>/<key>/            every dependency's wheel for that architecture, fetched
 #                                   on the host (native speed) with --only-binary=:all:, so
 #                                   a dependency without a wheel for <arch> fails here, by
@@ -49,6 +50,7 @@ done
 case $ARCH in amd64|arm64) ;; *) die "unknown --arch $ARCH (amd64 or arm64)" ;; esac
 
 BASE_REF=localhost/python:$PYVER-slim-$SUITE-$ARCH
+HOST_BASE_REF=localhost/python:$PYVER-slim-$SUITE-$HOST_ARCH
 IMAGE_REF=localhost/headroom:$VERSION-$ARCH
 
 ensure_tools() {
@@ -98,24 +100,12 @@ debarch_to_qemu() { case $1 in amd64) echo x86_64 ;; arm64) echo aarch64 ;; esac
 # Like the official image: `python` on PATH, no docs, man pages or translations (the dpkg
 # excludes of Debian's slim images, so apt-get in a derived image stays slim); unlike
 # Debian's own python, no PEP 668 marker (pip installs into the system, as officially).
-# The debootstrapped tree is cached as made; slimming is cheap and done at each import.
+# The root filesystem is cached as made; slimming is cheap and done at each import.
 make_base() {
     if podman image exists "$BASE_REF"; then return; fi
     local tar=$CACHE/base-$SUITE-$ARCH.tar root
     if [[ ! -s $tar ]]; then
-        local mirror
-        mirror=$(apt-get indextargets --format '$(SITE)' 2>/dev/null | grep -m1 '/debian$' \
-            || echo http://deb.debian.org/debian)
-        root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
-        log "debootstrap $SUITE/$ARCH from $mirror (minutes; emulated for a foreign arch)"
-        debootstrap --arch="$ARCH" --variant=minbase \
-            --include=python3,python3-pip,ca-certificates,netbase,tzdata \
-            "$SUITE" "$root" "$mirror" >"$CACHE/debootstrap-$ARCH.log" 2>&1 \
-            || { tail -20 "$CACHE/debootstrap-$ARCH.log" >&2; rm -rf "$root"; die "debootstrap failed"; }
-        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*
-        tar -C "$root" --numeric-owner -cf "$tar.part" .
-        mv "$tar.part" "$tar"
-        rm -rf "$root"
+        if [[ $ARCH == "$HOST_ARCH" ]]; then debootstrap_tar "$tar"; else swap_arch_tar "$tar"; fi
     fi
     root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
     tar -C "$root" -xf "$tar"
@@ -123,6 +113,113 @@ make_base() {
     tar -C "$root" --numeric-owner -c . \
         | podman import --arch "$ARCH" --change 'CMD ["python3"]' - "$BASE_REF" >/dev/null
     rm -rf "$root"
+}
+
+debian_mirror() {
+    apt-get indextargets --format '$(SITE)' 2>/dev/null | grep -m1 '/debian$' \
+        || echo http://deb.debian.org/debian
+}
+
+# The host's architecture: debootstrap, natively (about 2 minutes).
+debootstrap_tar() {
+    local tar=$1 mirror root
+    mirror=$(debian_mirror)
+    root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+    log "debootstrap $SUITE/$HOST_ARCH from $mirror"
+    debootstrap --arch="$HOST_ARCH" --variant=minbase \
+        --include=python3,python3-pip,ca-certificates,netbase,tzdata \
+        "$SUITE" "$root" "$mirror" >"$CACHE/debootstrap-$HOST_ARCH.log" 2>&1 \
+        || { tail -20 "$CACHE/debootstrap-$HOST_ARCH.log" >&2; rm -rf "$root"; die "debootstrap failed"; }
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*
+    tar -C "$root" --numeric-owner -cf "$tar.part" .
+    mv "$tar.part" "$tar"
+    rm -rf "$root"
+}
+
+# The other architecture without running dpkg or maintainer scripts under emulation
+# (debootstrap's second stage under qemu-user took about 17 minutes of a core): the host's
+# debootstrapped tree with each architecture-dependent package swapped for the same
+# version built for $ARCH: its files removed as dpkg listed them, the $ARCH .deb unpacked
+# in their place, dpkg's records (file list, md5sums, scripts, Architecture) moved over.
+# What the maintainer scripts made (users, alternatives, certificates, debconf, bytecode)
+# does not depend on the architecture and is kept; the two caches that do, the dynamic
+# linker's and iconv's, are remade by $ARCH's own ldconfig and iconvconfig (emulated, a
+# second each). `dpkg --verify` then checks every packaged file against its md5sum.
+swap_arch_tar() {
+    local tar=$1 host_tar=$CACHE/base-$SUITE-$HOST_ARCH.tar attempt
+    for attempt in 1 2; do
+        [[ -s $host_tar ]] || debootstrap_tar "$host_tar"
+        swap_arch_try "$tar" "$host_tar" && return
+        # The archive has moved on since the host's tree was made: remake it, then again.
+        [[ $attempt == 1 ]] && { log "the host's base is older than the archive: remaking it"; rm -f "$host_tar"; }
+    done
+    die "could not make the $ARCH base from the host's (see above)"
+}
+
+swap_arch_try() {
+    local tar=$1 host_tar=$2 apt_dir=$CACHE/apt-$ARCH root info deb name key ctl f
+    local host_triplet arch_triplet
+    host_triplet=$(debarch_to_qemu "$HOST_ARCH")-linux-gnu
+    arch_triplet=$(debarch_to_qemu "$ARCH")-linux-gnu
+    rm -rf "$apt_dir"
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache" "$apt_dir/debs"
+    echo "deb [arch=$ARCH] $(debian_mirror) $SUITE main" > "$apt_dir/sources.list"
+    : > "$apt_dir/status"
+    local -a apt=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list"
+        -o Dir::Etc::SourceParts=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::Status=$apt_dir/status"
+        -o "Dir::Cache=$apt_dir/cache" -o "APT::Architecture=$ARCH"
+        -o "APT::Architectures::=$ARCH" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+    root=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+    info=$root/var/lib/dpkg/info
+    tar -C "$root" -xf "$host_tar"
+    local -a pkgs
+    local want got
+    mapfile -t pkgs < <(dpkg-query --admindir="$root/var/lib/dpkg" -W \
+        -f '${Package}=${Version} ${Architecture}\n' | awk -v a="$HOST_ARCH" '$2 == a {print $1}')
+    log "$ARCH base: ${#pkgs[@]} architecture-dependent packages of the $HOST_ARCH base swapped"
+    # By name: a binary-only rebuild for one architecture has its own version (+bN).
+    apt-get "${apt[@]}" update >&2 \
+        && (cd "$apt_dir/debs" && apt-get "${apt[@]}" download "${pkgs[@]%%=*}" >&2) \
+        || { rm -rf "$root"; return 1; }
+    for deb in "$apt_dir"/debs/*.deb; do
+        name=$(dpkg-deb -f "$deb" Package)
+        want=$(printf '%s\n' "${pkgs[@]}" | awk -F= -v n="$name" '$1 == n {print $2}')
+        got=$(dpkg-deb -f "$deb" Version)
+        if [[ ${got%+b[0-9]*} != "${want%+b[0-9]*}" ]]; then
+            log "$name: $ARCH has $got, the $HOST_ARCH base $want"
+            rm -rf "$root"; return 1
+        fi
+        for key in "$name:$HOST_ARCH" "$name"; do [[ -f $info/$key.list ]] && break; done
+        while IFS= read -r f; do
+            if [[ -L $root$f || -f $root$f ]]; then rm -f "$root$f"; fi
+        done < "$info/$key.list"
+        for f in "$info/$key".*; do  # key.list, key.md5sums, ...; not python3.13.list of python3
+            [[ ${f#"$info/$key."} == *.* ]] || rm -f "$f"
+        done
+        dpkg-deb -x "$deb" "$root"
+        key=$name
+        [[ $(dpkg-deb -f "$deb" Multi-Arch) == same ]] && key=$name:$ARCH
+        dpkg-deb --fsys-tarfile "$deb" | tar -t | sed 's#^\./#/#; s#/$##; s#^$#/.#' > "$info/$key.list"
+        ctl=$(mktemp -d "$CACHE/control.XXXXXX")
+        dpkg-deb -e "$deb" "$ctl"
+        for f in "$ctl"/*; do
+            [[ ${f##*/} == control ]] || cp -p "$f" "$info/$key.${f##*/}"
+        done
+        rm -rf "$ctl"
+    done
+    sed -i "s/^Architecture: $HOST_ARCH\$/Architecture: $ARCH/" "$root/var/lib/dpkg/status"
+    # What only the host's maintainer scripts made for the host's architecture.
+    rm -rf "${root:?}/usr/lib/$host_triplet" "$root/usr/lib64" "$root/lib64" "$root/etc/ld.so.cache"
+    chroot "$root" /sbin/ldconfig
+    chroot "$root" /usr/sbin/iconvconfig -o "/usr/lib/$arch_triplet/gconv/gconv-modules.cache" 2>/dev/null || true
+    if dpkg --root="$root" --verify >&2; then :; else rm -rf "$root"; die "$ARCH base: dpkg --verify failed"; fi
+    [[ $(dpkg-query --admindir="$root/var/lib/dpkg" -W -f '${Architecture}\n' | grep -cx "$HOST_ARCH") == 0 ]] \
+        || { rm -rf "$root"; die "$ARCH base: $HOST_ARCH packages left"; }
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" --numeric-owner -cf "$tar.part" .
+    mv "$tar.part" "$tar"
+    rm -rf "$root" "$apt_dir"
 }
 
 # Only ever called with a fresh mktemp directory under $CACHE.
@@ -176,6 +273,8 @@ print(*p["build-system"]["requires"], *p["project"]["dependencies"], sep="\n")')
 build() {
     ensure_tools
     make_base
+    # The Dockerfile's builder stage runs natively, on the host's own base.
+    [[ $ARCH == "$HOST_ARCH" ]] || ARCH=$HOST_ARCH BASE_REF=$HOST_BASE_REF make_base
     local wheels conf
     wheels=$(wheelhouse)
     # The build reads wheels from the wheelhouse only: no network, index or certificates.
@@ -185,7 +284,10 @@ build() {
     # --no-cache: buildah 1.28 reuses the final stage's `RUN --mount=...,from=builder` layer
     # when only the builder stage changed (seen here: a stale exporter in a "new" image).
     # Nothing slow is lost: the base is an image and the wheels come from the wheelhouse.
-    podman build --no-cache --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
+    podman build --no-cache --pull=never --arch "$ARCH" --network=none --build-arg "PYTHON_IMAGE=$BASE_REF" \
+        --build-arg "BUILD_PYTHON_IMAGE=$HOST_BASE_REF" \
+        --build-arg "BUILDPLATFORM=linux/$HOST_ARCH" --build-arg "TARGETPLATFORM=linux/$ARCH" \
+        --build-arg "TARGETARCH=$ARCH" \
         -v "$wheels:/wheelhouse:ro" -v "$conf:/etc/pip.conf:ro" \
         -t "$IMAGE_REF" . >&2 || die "build of $IMAGE_REF failed"
     echo "$IMAGE_REF"
@@ -217,11 +319,11 @@ ci() {
         fi
         echo "as it must, it fails with $taken: $(tail -1 "$CACHE/mutated.log")"
     done
-    if [[ "${HEADROOM_IMAGE_FOREIGN:-}" == 1 ]]; then
+    if [[ "${HEADROOM_IMAGE_FOREIGN:-1}" == 1 ]]; then
         bash "$SELF" build --arch "$other" >/dev/null
         bash "$SELF" check --arch "$other"
     else
-        log "the $other image is not built (HEADROOM_IMAGE_FOREIGN=1 builds and checks it)"
+        log "the $other image is not built (HEADROOM_IMAGE_FOREIGN=0)"
     fi
     echo "image tier: $((SECONDS - start)) s"
 }

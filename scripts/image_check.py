@@ -9,7 +9,10 @@ is the number of failures (capped at 100):
 - every collector succeeds, and /healthz answers;
 - cgroup usage and kinds, process RSS and PSS, the pod's /dev/shm and its orphaned file
   equal what this script reads from the host for the same workload;
-- a write into every cgroup filesystem mount inside the container fails (EROFS);
+- the chart's init container lets the exporter start only where every cgroup mount is
+  read-only: on a v1 host (no recursive read-only in podman 4.3) the default chart must
+  refuse, and with hostPaths.cgroupV1Controllers=[memory] a write into every cgroup
+  filesystem mount inside the container fails (EROFS);
 - an OOM kill of a test cgroup is counted and its victim named with the chart's default
   settings, idle and again with every core busy (stress-ng);
 - the exporter's RSS stays under the chart's memory limit.
@@ -429,6 +432,32 @@ def write_probe_check(name: str, probe_paths: list[str]) -> Result:
     return Result("cgroupfs read-only", ok, detail)
 
 
+def host_context(scratch: str, port: int) -> c2p.HostContext:
+    return c2p.HostContext(node_name=os.uname().nodename, scratch_dir=Path(scratch),
+                           publish_ip="127.0.0.1", host_ports={SERVICE_PORT: port})
+
+
+def run_init_containers(pod: dict[str, Any], host: c2p.HostContext, name: str) -> Result:
+    """Each init container to completion, as the kubelet would before the exporter."""
+    said = []
+    for init, argv in c2p.init_containers_to_podman(pod, host, name):
+        out = subprocess.run(["podman", "run", *argv], capture_output=True, text=True,
+                             timeout=300)
+        text = (out.stdout + out.stderr).strip().replace("\n", " | ")
+        if out.returncode != 0:
+            return Result("init containers", False, f"{init} exit {out.returncode}: {text[:400]}")
+        said.append(f"{init}: {text[-160:]}")
+    return Result("init containers", True, "; ".join(said) or "none")
+
+
+def default_refusal_check(values: dict[str, Any], host: c2p.HostContext, name: str) -> Result:
+    """cgroup v1 without recursive read-only (this host, podman 4.3): the chart's default
+    (the whole cgroupfs) must not start the exporter, and must say what to set."""
+    init = run_init_containers(c2p.render_daemonset(values), host, f"{name}-default")
+    ok = not init.ok and "cgroupV1Controllers" in init.detail
+    return Result("default chart refuses a writable cgroupfs (v1)", ok, init.detail[:300])
+
+
 def oom_checks(label: str, base: str, h: MemoryHierarchy, rel: str,
                busy: bool, listing_timeout: float = 30) -> list[Result]:
     """Kill a grower in ``rel``: the exporter must count the kill once and name the victim."""
@@ -491,8 +520,13 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
                                for k in ("workload", "oom-idle", "oom-busy")]
         # An empty kubepods tree of our own: the host's (or another test's) stay out.
         values["extraArgs"].append(f"--cgroup.kubepods-path={cg['kubepods'].strip('/')}")
-        if h.version == 1 and not args.whole_cgroupfs:
-            # What a v1 node needs without recursive read-only (podman 4.3 has none).
+        if args.whole_cgroupfs:
+            # The whole cgroupfs, past the init container's refusal: the write probe must
+            # then find it writable on v1 (where podman 4.3 has no recursive read-only).
+            values["hostPaths"] = {"refuseWritableCgroupfs": False}
+        elif h.version == 1:
+            # The chart's default refuses to start here; what a v1 node needs instead.
+            results.append(default_refusal_check(dict(values), host_context(tmp, 0), name))
             values["hostPaths"] = {"cgroupV1Controllers": ["memory"]}
         values.update(json.loads(args.set_json))
         pod = c2p.render_daemonset(values)
@@ -503,11 +537,14 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
         limit = c2p.memory_bytes(container["resources"]["limits"]["memory"])
         cgroupfs = next(a.split("=", 1)[1] for a in container["args"]
                         if a.startswith("--path.cgroupfs="))
-        host = c2p.HostContext(node_name=os.uname().nodename, scratch_dir=Path(tmp),
-                               publish_ip="127.0.0.1", host_ports={SERVICE_PORT: port})
+        host = host_context(tmp, port)
         argv = c2p.pod_to_podman(pod, host, name)
         base = f"http://127.0.0.1:{port}"
         try:
+            inits = run_init_containers(pod, host, name)
+            results.append(inits)
+            if not inits.ok:
+                return results
             podman("run", *argv)
             started = time.monotonic()
             healthy = wait_healthy(name, base, 90)
@@ -571,14 +608,19 @@ def run_emulated(args: argparse.Namespace) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="headroom-image-check-") as tmp:
         values = c2p.image_values(args.image)
         values["flightRecorder"] = {"hostPath": {"path": f"{tmp}/flight-recorder"}}
+        if Path("/sys/fs/cgroup/memory/memory.usage_in_bytes").exists():
+            values["hostPaths"] = {"cgroupV1Controllers": ["memory"]}  # v1: as in run_checks
         values.update(json.loads(args.set_json))
         pod = c2p.render_daemonset(values)
         port = free_port()
         name = f"headroom-check-{os.getpid()}"
-        host = c2p.HostContext(node_name=os.uname().nodename, scratch_dir=Path(tmp),
-                               publish_ip="127.0.0.1", host_ports={SERVICE_PORT: port})
+        host = host_context(tmp, port)
         base = f"http://127.0.0.1:{port}"
         try:
+            inits = run_init_containers(pod, host, name)
+            results.append(inits)
+            if not inits.ok:
+                return results
             podman("run", *c2p.pod_to_podman(pod, host, name))
             started = time.monotonic()
             healthy = wait_healthy(name, base, 240)
@@ -602,7 +644,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="hostPID, SYS_PTRACE or mount:NAME: remove it from the pod first")
     ap.add_argument("--whole-cgroupfs", action="store_true",
                     help="v1: mount the whole cgroup filesystem (the chart's default) instead "
-                         "of hostPaths.cgroupV1Controllers=[memory]")
+                         "of hostPaths.cgroupV1Controllers=[memory], and run the exporter "
+                         "despite its writable controllers (refuseWritableCgroupfs=false)")
     ap.add_argument("--emulated", action="store_true", help="foreign arch: smallest check")
     ap.add_argument("--keep", action="store_true", help="leave the container running")
     args = ap.parse_args(argv)

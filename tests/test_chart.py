@@ -831,8 +831,12 @@ def test_dockerfile_is_multi_stage_slim_with_wheel() -> None:
     final_runs = " ".join(a for k, a in final["instructions"] if k == "RUN")
     assert re.search(r"(--from=|,from=)" + re.escape(builder["name"]), final_runs) or any(
         k == "COPY" and f"--from={builder['name']}" in a for k, a in final["instructions"]
-    ), "the final stage installs the builder's wheel"
-    assert ".whl" in final_runs or "/wheels" in final_runs
+    ), "the final stage takes what the builder installed"
+    # The builder installs our wheel (and its dependencies', for the target architecture,
+    # binary only) into the folder the final stage copies.
+    assert re.search(r"pip install .*--only-binary=:all:.*\.whl", runs), runs
+    target = re.search(r"--target (\S+)", runs)
+    assert target and any(k == "COPY" and target.group(1) in a for k, a in final["instructions"])
 
 
 def test_dockerfile_final_stage_has_no_build_tools() -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -182,3 +185,60 @@ def test_v1_controllers_each_on_a_read_only_mount_of_their_own(tmp_path: Path) -
                                        "mountPath": "/host/sys/fs/cgroup/memory"}
     argv = translate(pod, tmp_path)
     assert f"--volume={tmp_path}/memory:/host/sys/fs/cgroup/memory:ro" in argv
+
+
+@pytest.mark.chart
+@needs_helm
+@pytest.mark.parametrize("v1_controllers", [[], ["memory"]])
+def test_the_init_container_checks_the_exporters_own_cgroup_mounts(
+        tmp_path: Path, v1_controllers: list[str]) -> None:
+    """The check before the exporter sees exactly its cgroup mounts, holds no capability,
+    and runs first in podman too; refuseWritableCgroupfs=false drops it."""
+    (tmp_path / "memory").mkdir()
+    values = {**c2p.image_values("localhost/headroom:0.1.0-amd64"),
+              "flightRecorder": {"hostPath": {"path": str(tmp_path / "fr")}},
+              "hostPaths": {"cgroupfs": str(tmp_path), "cgroupV1Controllers": v1_controllers}}
+    pod = c2p.render_daemonset(values)
+    (init,) = pod["initContainers"]
+    exporter_mounts = [m for m in pod["containers"][0]["volumeMounts"]
+                       if m["name"].startswith("cgroup")]
+    assert init["volumeMounts"] == exporter_mounts
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert init["securityContext"]["runAsUser"] != 0
+    ((name, argv),) = c2p.init_containers_to_podman(
+        pod, c2p.HostContext(node_name="node-a", scratch_dir=tmp_path, publish_ip="127.0.0.1"),
+        "hr")
+    assert name == "cgroupfs-read-only" and argv[:2] == ["--rm", "--name=hr-cgroupfs-read-only"]
+    assert not [a for a in argv if a.startswith("--publish")]
+    assert "--cap-drop=ALL" in argv and not [a for a in argv if a.startswith("--cap-add")]
+    values["hostPaths"]["refuseWritableCgroupfs"] = False
+    assert "initContainers" not in c2p.render_daemonset(values)
+
+
+@pytest.mark.kernel
+@needs_helm
+def test_the_init_containers_check_refuses_a_writable_sub_mount(tmp_path: Path) -> None:
+    """The rendered check, run in a mount namespace of its own on the real kernel: a
+    read-only mount with a writable one beneath (cgroup v1 under a plain readOnly bind)
+    fails naming the writable one; once that is read-only too, it passes."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    pod = c2p.render_daemonset(c2p.image_values("localhost/headroom:0.1.0-amd64"))
+    (init,) = pod["initContainers"]
+    python, flag, script, _ = init["command"]
+    root = tmp_path / "cgroupfs"
+    root.mkdir()
+    shell = (f'mount -t tmpfs none {root} && mkdir {root}/memory && '
+             f'mount -t tmpfs none {root}/memory && mount -o remount,ro {root} && '
+             f'{sys.executable} -c "$1" {root}; echo "rc=$?"; '
+             f'mount -o remount,ro {root}/memory && {sys.executable} -c "$1" {root}; '
+             f'echo "rc=$?"')
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                          shell, "sh", script], capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert (python, flag) == ("python3", "-c")
+    assert text.count("rc=") == 2, text
+    first, second = text.split("rc=")[1:3]
+    assert first.startswith("1"), text
+    assert f"{root}/memory" in text and "cgroupV1Controllers" in text, text
+    assert second.startswith("0") and "is read-only" in text, text

@@ -204,3 +204,46 @@ it requires client certificates (the kubelet presents none). Input: dict probe, 
 {{- end }}
 {{- toYaml $p }}
 {{- end }}
+
+{{/*
+The cgroup filesystem's volume mounts, shared by the exporter and the check that runs
+before it (so the check sees exactly the exporter's mounts): the whole cgroupfs, or one
+read-only mount per v1 controller (hostPaths.cgroupV1Controllers).
+*/}}
+{{- define "headroom.cgroupMounts" -}}
+{{- range .Values.hostPaths.cgroupV1Controllers }}
+# One read-only mount per v1 controller: no writable sub-mount beneath.
+- name: cgroup-{{ . | replace "_" "-" }}
+  mountPath: {{ include "headroom.cgroupfsMount" $ }}/{{ . }}
+  readOnly: true
+{{- else }}
+- name: cgroup
+  mountPath: {{ include "headroom.cgroupfsMount" . }}
+  readOnly: true
+  {{- include "headroom.recursiveReadOnly" . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The init container's check (python3 -c; argv[1]: the cgroupfs mount point): every mount
+at or below it must be read-only, or the pod does not start. A chart cannot know a node's
+cgroup version, and on v1 a readOnly mount of /sys/fs/cgroup leaves each controller (its
+own mount) writable unless the kubelet and runtime made it recursively read-only; so
+the pod itself looks at what it was given (the per-mount flags in mountinfo, field 6).
+*/}}
+{{- define "headroom.cgroupfsReadOnlyCheck" -}}
+import sys
+root = sys.argv[1].rstrip("/")
+writable = []
+for line in open("/proc/self/mountinfo"):
+    fields = line.split(" - ")[0].split()
+    point, options = fields[4], fields[5].split(",")
+    if (point == root or point.startswith(root + "/")) and "ro" not in options:
+        writable.append(point)
+if writable:
+    sys.exit("headroom: refusing to start: writable cgroup mounts in this pod (cgroup v1 "
+             "without recursive read-only mounts): " + " ".join(writable[:8]) + ". Set "
+             "hostPaths.cgroupV1Controllers={memory} for cgroup v1 nodes, or "
+             "hostPaths.refuseWritableCgroupfs=false to run anyway.")
+print("headroom: every cgroup mount under", root, "is read-only")
+{{- end }}
