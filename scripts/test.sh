@@ -55,6 +55,15 @@ vulture exporter alerts dashboards tests benchmarks scripts/vulture_allow.py --m
 mypy
 headroom generate --check
 
+# The cgroup v2 guest is one emulated CPU for most of its 10 minutes, and the main tier
+# leaves the second core mostly idle: the guest runs beside the main and sandbox tiers
+# (the suite holds on a busy machine), its output printed when it ends.
+mkdir -p .cache
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failed tier leaves nothing running
+echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot): in the background"
+HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest > .cache/tier-v2guest.log 2>&1 &
+v2guest_pid=$!
+
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
 HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
     python3 -m pytest -q -m "not vllm and not v2guest and not replay and not sandbox"
@@ -62,11 +71,14 @@ HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
 echo "== black box: hostile vLLM pods against headroom serve in a PID + network sandbox"
 HEADROOM_REQUIRE_SANDBOX=1 python3 -m pytest -q -rA -m sandbox
 
+echo "== real-kernel tier on cgroup v2: its output"
+v2guest_rc=0
+wait "$v2guest_pid" || v2guest_rc=$?
+cat .cache/tier-v2guest.log
+[[ $v2guest_rc == 0 ]] || { echo "the cgroup v2 tier failed ($v2guest_rc)"; exit 1; }
+
 echo "== alert scenarios replayed through promtool (days of series each; two at a time)"
 python3 -m pytest -q -p no:benchmark -n 2 -m replay
-
-echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot)"
-HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest
 
 if [[ "${HEADROOM_SKIP_IMAGE:-}" != 1 ]]; then
     # The Dockerfile's image on a debootstrapped base (.cache/image/), run flag for flag as
