@@ -177,6 +177,30 @@ class Tmux:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
+def test_top_exits_when_its_terminal_goes(tmp_path: Path) -> None:
+    """A closed terminal (the tmux server killed: SIGHUP, then a hung-up pty) ends top;
+    before, it spun on the dead terminal at most of a core, for ever."""
+    need("tmux")
+    pid_file = tmp_path / "top.pid"
+    cmd = (f"cd {Path.cwd()} && echo $$ > {pid_file} && PYTHONPATH={Path.cwd()} exec "
+           f"{sys.executable} -m exporter.cli top --url http://127.0.0.1:9 --interval 5")
+    t = Tmux(f"headroom-hup-{os.getpid()}", cmd)
+    try:
+        t.wait_for("headroom top", timeout=60)
+        pid = int(pid_file.read_text())
+    finally:
+        t.kill()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.2)
+    alive = Path(f"/proc/{pid}").exists() and \
+        Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    if alive:
+        os.kill(pid, 9)
+    assert not alive, "top outlived its terminal"
+
+
 def test_top_in_tmux(stack: Stack) -> None:
     need("tmux")
     slow, flat = stack.pods["slow"], stack.pods["flat"]

@@ -614,9 +614,11 @@ def rose_most(series: Mapping[str, Sequence[Point]], until: float, window: float
         win = [(t, v) for t, v in pts if until - window <= t <= until and math.isfinite(v)]
         if len(win) < 2:
             continue
-        # The highest point, and the last lowest point before it: where the climb began
-        # (a flat stretch before a climb is not part of it).
-        top = max(range(len(win)), key=lambda i: win[i][1])
+        # The first point at the top (within 1 % of the rise: a flat stretch at the top,
+        # held at a cap until the kill, is not part of the climb either), and the last
+        # lowest point before it: where the climb began.
+        high, low_v = max(v for _, v in win), min(v for _, v in win)
+        top = next(i for i, (_, v) in enumerate(win) if v >= high - 0.01 * (high - low_v))
         floor = min(v for _, v in win[: top + 1])
         low = max(i for i in range(top + 1) if win[i][1] == floor)
         rise = win[top][1] - floor

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -871,6 +872,7 @@ def _loop(screen: curses.window, st: State, reader: Reader) -> None:
         curses.init_pair(1, curses.COLOR_RED, -1)
         styles["bad"] = curses.color_pair(1) | curses.A_BOLD
     screen.timeout(100)
+    instant_errors = 0
     while True:
         read = reader.latest()
         if read is not None:
@@ -882,10 +884,17 @@ def _loop(screen: curses.window, st: State, reader: Reader) -> None:
             with contextlib.suppress(curses.error):
                 screen.addstr(y, 0, text, styles[style])
         screen.refresh()
+        asked = time.monotonic()
         try:
             key = screen.getkey()
         except curses.error:
-            continue  # no key within the timeout
+            # No key within the timeout; at once, again and again: the terminal is gone
+            # (a hung-up pty reads EOF), and spinning on it would burn a core.
+            instant_errors = instant_errors + 1 if time.monotonic() - asked < 0.02 else 0
+            if instant_errors >= 50:
+                return
+            continue
+        instant_errors = 0
         if key == "KEY_RESIZE":
             continue
         if not handle_key(st, key):
@@ -904,6 +913,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between reads (default 1; 10 with --prometheus)")
     p.add_argument("--forecast.scale", dest="forecast_scale", type=float, default=1.0,
                    help="divide the rules' windows by this in local mode (demos, tests)")
+
+
+def _hung_up(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -931,6 +944,8 @@ def run(args: argparse.Namespace) -> int:
     # stale at the first resize (and some launchers set 80x24): ask the terminal.
     for name in ("LINES", "COLUMNS"):
         os.environ.pop(name, None)
+    # A closed terminal ends it like q, even when the launcher left SIGHUP ignored.
+    signal.signal(signal.SIGHUP, _hung_up)
     try:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it like q
             curses.wrapper(_loop, st, reader)
