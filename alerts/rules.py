@@ -197,9 +197,25 @@ def _climb_beyond_pattern(config: Config) -> str:
     limit within the envelope window; or no envelope yet."""
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
-    env = expr("last_over_time(${e}[${hold}]) + on ${g} ${r} * ${limit}",
-               e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
-               limit=q.LIMIT)
+    # The margin counts against peaks that recur, not against a climb's own last hours:
+    # where the envelope is no higher than the hourly maxima of the three hours before the
+    # last one, it is the climb itself (a steady leak), and there is no margin.
+    env = expr(
+        """
+        last_over_time(${e}[${hold}])
+        + on ${g}
+        (
+            ${r} * ${limit}
+          unless on ${g}
+            last_over_time(${e}[${hold}])
+              <= on ${g}
+            max_over_time(${hmax}[${recent}] offset ${hw})
+          or on ${g}
+            ${limit} * 0
+        )""",
+        e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
+        limit=q.LIMIT, hmax=q.HOURLY_MAX, recent=duration(3 * config.hourly_window_s),
+        hw=duration(config.hourly_window_s))
     rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
     return expr(
         """

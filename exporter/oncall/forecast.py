@@ -397,7 +397,9 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
 
 def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                              rates: Mapping[str, float], peaks: float | None,
-                             w: Windows, pattern: float | None = None) -> dict[str, float]:
+                             w: Windows, pattern: float | None = None,
+                             points: Sequence[Point] = (), now: float = 0.0
+                             ) -> dict[str, float]:
     """TIME_TO_LIMIT (per horizon, before ``soonest``): seconds to the limit in force now.
 
     * lasting: the sooner of the envelope (when it is above the recent peak: the next
@@ -419,7 +421,10 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     if peaks is None:
         beyond = True
     else:
-        above = peaks + w.beyond_ratio * limit
+        # No margin where the envelope is the climb's own last hours (a steady leak).
+        climb = _extreme(points, now - 5 * w.hour, now - w.hour, "max") if points else None
+        margin = 0.0 if climb is not None and peaks <= climb else w.beyond_ratio * limit
+        above = peaks + margin
         beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend
             and out.get("lasting", math.inf) < w.baseline)
@@ -552,7 +557,8 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     recent = _extreme(h.unreclaimable, now - w.peak, now, "max") or u
     pattern = pattern_time_to_limit(h.unreclaimable, now, w, h.limit,
                                     rates.get("lasting"))  # PATTERN_PEAK
-    by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w, pattern)
+    by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w, pattern,
+                                          h.unreclaimable, now)
     ttl, horizon = soonest(by_horizon)  # TIME_TO_LIMIT
     all_kinds = {**h.kinds, "hidden": hidden(h)}
     kinds = kind_growth(all_kinds, now, w)  # KIND_GROWTH
