@@ -26,21 +26,10 @@ DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)]
 
 
-# Draws the model does not yet hold (issue 24 is open): expected failures, with what goes
-# wrong, so the rest of the tier still guards what holds.
-KNOWN_FAILING = {
-    ("slow-leak-big-limit", 0): "the near-limit page fires at the start of a replay at 96 % "
-                                "with no history, 125 h before the kill",
-    ("exporter-gaps", 0): "the critical page comes 30 min before the kill (needs 45)",
-}
-
-
 def _draw_param(cls: str, seed: int, variant: int) -> object:
-    reason = KNOWN_FAILING.get((cls, seed))
     return pytest.param(
         cls, seed, variant,
-        id=f"{cls}:{generator.PROPERTIES[cls]}:seed{seed}:{generator.VARIANTS[variant]}",
-        marks=[pytest.mark.xfail(reason=reason, strict=False)] if reason else [])
+        id=f"{cls}:{generator.PROPERTIES[cls]}:seed{seed}:{generator.VARIANTS[variant]}")
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
