@@ -198,8 +198,8 @@ def _climb_beyond_pattern(config: Config) -> str:
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
     # The margin counts against peaks that recur, not against a climb's own last hours:
-    # where the envelope is no higher than the hourly maxima of the three hours before the
-    # last one, it is the climb itself (a steady leak), and there is no margin.
+    # where the envelope is no higher than the hour before the last one reached, it is
+    # the climb itself (a steady leak, even a noisy one), and there is no margin.
     env = expr(
         """
         last_over_time(${e}[${hold}])
@@ -214,7 +214,7 @@ def _climb_beyond_pattern(config: Config) -> str:
             ${limit} * 0
         )""",
         e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
-        limit=q.LIMIT, hmax=q.HOURLY_MAX, recent=duration(3 * config.hourly_window_s),
+        limit=q.LIMIT, hmax=q.HOURLY_MAX, recent=hold,
         hw=duration(config.hourly_window_s))
     rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
     return expr(

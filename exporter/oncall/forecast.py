@@ -422,7 +422,8 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         beyond = True
     else:
         # No margin where the envelope is the climb's own last hours (a steady leak).
-        climb = _extreme(points, now - 5 * w.hour, now - w.hour, "max") if points else None
+        climb = _extreme(points, now - 2 * w.hour - 3 * w.lasting_interval, now - w.hour,
+                         "max") if points else None
         margin = 0.0 if climb is not None and peaks <= climb else w.beyond_ratio * limit
         above = peaks + margin
         beyond = now_value > above + w.baseline * trend or (
