@@ -179,7 +179,8 @@ panels = [
         "Top growers",
         f"The 10 fastest top growers ({r.TOP_GROWER}, on each pod's binding cgroup): the "
         "process and kind (anon, shmem, dev_shm, kernel, hidden) the page's 'What "
-        "grows' names, at its rate over the last hour. The same answer as explain, top "
+        "grows' names, at the rate of the horizon that binds (day over day for the lasting "
+        "horizon, else the last hour). The same answer as explain, top "
         "and the pod dashboard's Top grower tile.",
         [(f"topk(10, {TOP_GROWERS} > 0)",
           "{{namespace}}/{{pod}} {{container}}: {{process}} {{kind}}")],

@@ -134,7 +134,8 @@ panels = [
     bargauge(
         "Top growers",
         f"What grows most in each pod's binding cgroup ({r.TOP_GROWER}): the process and "
-        "kind the page's 'What grows' names, at its rate over the last hour.",
+        "kind the page's 'What grows' names, at the rate of the horizon that binds "
+        "(day over day for the lasting horizon, else the last hour).",
         [(f"topk(10, {binding_on_node('max', r.TOP_GROWER, LABELS_GROWER)} > 0)",
           "{{namespace}}/{{pod}} {{container}}: {{process}} {{kind}}")],
         unit="binBps", w=12, h=7, links=[SERIES_POD_LINK],

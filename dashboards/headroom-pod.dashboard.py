@@ -260,7 +260,8 @@ first_screen = [
         "Top grower",
         f"What explains most of the binding cgroup's growth ({fc.TOP_GROWER}): the "
         "process (a vLLM title such as EngineCore, else the kind: anon, shmem, /dev/shm, "
-        "kernel, hidden) and its growth over the last hour, the rate the page's 'What "
+        "kernel, hidden) and its growth at the horizon that binds (day over day for the "
+        "lasting horizon, else the last hour), the rate the page's 'What "
         "grows' gives. The same answer as the page, explain and top. "
         f"Orange from {MIN_GROWTH_BPS:.0f} B/s: the rules' minimum baseline rise "
         f"({CONFIG.min_baseline_rise_bytes >> 20} MiB) per {BASELINE}. 'nothing grows' "
