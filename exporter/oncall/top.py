@@ -915,7 +915,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="divide the rules' windows by this in local mode (demos, tests)")
 
 
-def _hung_up(signum: int, frame: object) -> None:
+def _hung_up(*_: object) -> None:
     raise KeyboardInterrupt
 
 
