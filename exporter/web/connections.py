@@ -2,10 +2,10 @@
 
 Anyone who can reach the port can open connections; each costs a file descriptor, and a
 node agent at a 1,024-fd limit that lets 1,000 idle sockets in can no longer open /proc
-(red-team finding F7) nor accept Prometheus. So every connection is tracked from accept:
+nor accept Prometheus. So every connection is tracked from accept:
 
 - a connection that has not sent a whole request head within ``header_timeout`` is closed
-  (slowloris, port scanners, clients that never send: F15);
+  (slowloris, port scanners, clients that never send);
 - between requests a keep-alive connection may wait ``idle_timeout`` (longer than a scrape
   interval, so Prometheus keeps its connection);
 - a request that takes longer than ``request_timeout`` (a client that stops reading a

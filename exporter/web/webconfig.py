@@ -25,27 +25,23 @@ verification: exporter-toolkit's docs call them insecure), and ``curve_preferenc
 ``http2`` is accepted and has no effect (aiohttp serves HTTP/1.1). The verifying client
 auth types need a client CA (Go would fall back to the system roots: too broad for a
 node agent). The file is read at start and on SIGHUP, not on every request.
+
+This module parses and validates; ``tls`` builds the server context from the settings,
+``auth`` checks basic auth and the rate limit, and ``security`` holds the config in force.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import os
 import re
-import secrets
 import ssl
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from exporter.web.tls import TlsSettings, ssl_context
 
 TLS_VERSIONS: Mapping[str, ssl.TLSVersion] = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -93,7 +89,7 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
 }
 
 # A web config is a few kB (inline PEM included); the cap bounds what one read and parse
-# costs (red-team R11: a 30 MB file held the event loop for about 60 s).
+# costs (a 30 MB file once held the event loop for about 60 s).
 MAX_WEB_CONFIG_BYTES = 1 << 20
 # PyYAML (pure Python: the C loader crashes on deep nesting) costs up to ~50 us per node,
 # so 1 MiB of "[1,1,1,...]" was ~28 s of CPU. Nodes are bounded before parsing by the
@@ -120,19 +116,6 @@ class WebConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
-
-
-@dataclass(frozen=True)
-class TlsSettings:
-    cert: str  # PEM text of the chain (read from cert_file, or inline)
-    key: str = field(repr=False)
-    client_ca: str | None = None
-    verify_mode: ssl.VerifyMode = ssl.CERT_NONE
-    allowed_sans: tuple[str, ...] | None = None
-    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
-    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
-    ciphers: tuple[str, ...] = ()  # OpenSSL names, TLS <= 1.2
-    prefer_server_ciphers: bool = True
 
 
 @dataclass(frozen=True)
@@ -394,177 +377,3 @@ def load_web_config(path: Path, allow_empty: bool = True) -> WebConfig:
         return parse_web_config(text, path.parent)
     except WebConfigError as exc:
         raise WebConfigError([f"{path}: {p}" for p in exc.problems]) from None
-
-
-def _pem_file(text: str, name: str) -> str:
-    """An anonymous in-memory file holding ``text``: ssl loads chains only from paths, and
-    an inline key must not be written to disk."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, text.encode())
-    return f"/proc/self/fd/{fd}"
-
-
-def ssl_context(t: TlsSettings) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = t.min_version
-    ctx.maximum_version = t.max_version
-    if t.ciphers:
-        ctx.set_ciphers(":".join(t.ciphers))
-    if t.prefer_server_ciphers:
-        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    cert_path = _pem_file(t.cert, "headroom-cert")
-    key_path = _pem_file(t.key, "headroom-key")
-    try:
-        ctx.load_cert_chain(cert_path, key_path)
-    finally:
-        for p in (cert_path, key_path):
-            os.close(int(p.rsplit("/", 1)[1]))
-    if t.client_ca is not None:
-        ctx.load_verify_locations(cadata=t.client_ca)
-    ctx.verify_mode = t.verify_mode
-    return ctx
-
-
-def peer_sans(peercert: Mapping[str, Any] | None) -> list[str]:
-    """The subject alternative names of a verified peer certificate, as Go prints them."""
-    out = []
-    for kind, value in (peercert or {}).get("subjectAltName", ()):
-        if kind in ("DNS", "IP Address", "email", "URI"):
-            out.append(str(value).strip())
-    return out
-
-
-# A bcrypt hash of a random password made at import: an unknown user costs one bcrypt
-# check like a known one, so response times do not tell which user names exist.
-_DUMMY_HASH: bytes | None = None
-_DUMMY_LOCK = threading.Lock()
-
-
-def _dummy_hash() -> bytes:
-    global _DUMMY_HASH
-    with _DUMMY_LOCK:
-        if _DUMMY_HASH is None:
-            import bcrypt
-
-            _DUMMY_HASH = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(10))
-        return _DUMMY_HASH
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` against bcrypt hashes, caching verdicts.
-
-    bcrypt at cost 10 costs ~70 ms of CPU (cost 12: ~280 ms); Prometheus sends the same
-    credentials every scrape, so verdicts are cached, keyed by an HMAC of user, hash and
-    password under a per-process key: no password is kept in memory. Good verdicts and
-    bad ones are kept apart, each bounded, least recently used out, and a hit refreshes
-    its entry (red-team R7: 100 distinct wrong passwords shared one 100-entry cache with
-    Prometheus's verdict, which a hit did not refresh; it was evicted and its scrapes
-    queued behind the flood's bcrypt checks). ``check`` is blocking: the caller runs it
-    off the event loop in a bounded pool (``workpool.BoundedPool``).
-    """
-
-    def __init__(self, users: Mapping[str, bytes], cache_size: int = 100,
-                 bad_cache_size: int = 1000, previous: BasicAuth | None = None) -> None:
-        self._users = dict(users)
-        self._cache_size = cache_size
-        self._bad_cache_size = bad_cache_size
-        # After a reload, verdicts carry over: the key includes the hash, so a changed
-        # or removed user's entries simply stop matching.
-        self._key: bytes = previous._key if previous is not None else secrets.token_bytes(32)
-        self._good: OrderedDict[bytes, None] = OrderedDict(
-            previous._good if previous is not None else ())
-        self._bad: OrderedDict[bytes, None] = OrderedDict(
-            previous._bad if previous is not None else ())
-        self._lock = threading.Lock()  # the caches
-        self._bcrypt_lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._users)
-
-    def cached(self, header: str | None) -> bool | None:
-        """The verdict if known without bcrypt (a missing or malformed header: False)."""
-        creds = parse_basic(header)
-        if creds is None:
-            return False
-        return self._lookup(self._cache_key(*creds))
-
-    def _lookup(self, key: bytes) -> bool | None:
-        with self._lock:
-            for cache, verdict in ((self._good, True), (self._bad, False)):
-                if key in cache:
-                    cache.move_to_end(key)
-                    return verdict
-        return None
-
-    def check(self, header: str | None) -> bool:
-        """Blocking (bcrypt): call from a worker thread."""
-        import bcrypt
-
-        creds = parse_basic(header)
-        if creds is None:
-            return False
-        user, password = creds
-        key = self._cache_key(user, password)
-        known = self._lookup(key)
-        if known is not None:
-            return known
-        hashed = self._users.get(user)
-        with self._bcrypt_lock:
-            try:
-                ok = bcrypt.checkpw(password, hashed or _dummy_hash())
-            except ValueError:  # a password over bcrypt's 72-byte limit, a bad hash
-                ok = False
-        ok = ok and hashed is not None
-        cache, size = (self._good, self._cache_size) if ok else (
-            self._bad, self._bad_cache_size)
-        with self._lock:
-            cache[key] = None
-            while len(cache) > size:
-                cache.popitem(last=False)
-        return ok
-
-    def _cache_key(self, user: str, password: bytes) -> bytes:
-        hashed = self._users.get(user, b"")
-        msg = b"\0".join((user.encode("utf-8", "surrogateescape"), hashed, password))
-        return hmac.new(self._key, msg, hashlib.sha256).digest()
-
-
-def parse_basic(header: str | None) -> tuple[str, bytes] | None:
-    """``Basic base64(user:password)`` -> (user, password); None when malformed."""
-    if not header:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "basic" or not token or len(token) > 4096:
-        return None
-    try:
-        raw = base64.b64decode(token.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    user, sep, password = raw.partition(b":")
-    if not sep:
-        return None
-    return user.decode("utf-8", "surrogateescape"), password
-
-
-class TokenBucket:
-    """exporter-toolkit's rate_limit: one request per ``interval``, bursts of ``burst``."""
-
-    def __init__(self, interval: float, burst: int,
-                 clock: Any = time.monotonic) -> None:
-        self._interval = interval
-        self._burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def allow(self) -> bool:
-        if self._interval <= 0:
-            return True
-        now = self._clock()
-        self._tokens = min(float(self._burst), self._tokens + (now - self._at) / self._interval)
-        self._at = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
