@@ -7,7 +7,7 @@ that make a terminal show text in another order), JSON lines are ASCII-escaped; 
 traceback is one escaped field. Each message template may log ``burst`` lines per
 ``period``; the rest are counted and the count is attached to the next line that passes
 (``suppressed=N``). Malformed HTTP requests are one short line, not a traceback each
-(red-team finding F13: 200 headers per request made 839 bytes of traceback per request).
+(200 headers per request once made 839 bytes of traceback per request).
 """
 
 from __future__ import annotations

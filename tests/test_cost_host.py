@@ -38,7 +38,7 @@ from exporter.collectors.tmpfs import (
     parse_mountinfo,
     read_mountinfo,
 )
-from exporter.webconfig import (
+from exporter.web.webconfig import (
     MAX_WEB_CONFIG_BYTES,
     WebConfigError,
     load_web_config,

@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter import server
 from exporter.config import ScrapeSettings
-from exporter.connections import ConnectionGuard
 from exporter.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
-from exporter.server import make_app
+from exporter.web import app as web_app
+from exporter.web.app import make_app
+from exporter.web.connections import ConnectionGuard
 from tests.conftest import fixture_pipeline, host_config
 from tests.hostile import FIXTURE_ARGS, http_get, serve
 
@@ -160,13 +160,13 @@ async def test_f8_scrape_during_a_burst_keeps_workload_series(
     burst had no workload series. A render costs 300 ms here (a big node): 150 of them
     queued in the pool are about 8 s, well past the 3 s collector timeout, which a
     collector on a fixture tree stays far below on a busy machine when nothing queues."""
-    real_render = server.render
+    real_render = web_app.render
 
     def slow_render(*args, **kwargs):  # type: ignore[no-untyped-def]
         time.sleep(0.3)
         return real_render(*args, **kwargs)
 
-    monkeypatch.setattr(server, "render", slow_render)
+    monkeypatch.setattr(web_app, "render", slow_render)
     cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=3.0))
     pipeline = fixture_pipeline(cfg)
     runner = web.AppRunner(make_app(pipeline))

@@ -24,13 +24,10 @@ from exporter.config import RecorderSettings, ScrapeSettings
 from exporter.docdir import DocumentDir
 from exporter.factory import Exporter
 from exporter.oom.documents import DocumentStore
-from exporter.server import Security, make_app
-from exporter.webconfig import (
-    BasicAuth,
-    WebConfig,
-    WebConfigError,
-    load_web_config,
-)
+from exporter.web.app import make_app
+from exporter.web.auth import BasicAuth
+from exporter.web.security import Security
+from exporter.web.webconfig import WebConfig, WebConfigError, load_web_config
 from tests.conftest import fixture_pipeline, host_config
 from tests.hostile import (
     FIXTURE_ARGS,

@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from exporter.webconfig import (
-    BasicAuth,
-    TokenBucket,
-    WebConfigError,
-    load_web_config,
-    parse_basic,
-    parse_web_config,
-)
+from exporter.web.auth import BasicAuth, TokenBucket, parse_basic
+from exporter.web.webconfig import WebConfigError, load_web_config, parse_web_config
 from tests.hostile import (
     FIXTURE_ARGS,
     basic,

@@ -1,5 +1,5 @@
 """A thread pool with a queue limit and a deadline, for work a client can ask for: bcrypt
-checks, post-mortem pages (red-team R6, R7).
+checks, post-mortem pages.
 
 A request that finds the pool and its queue full, or whose work has not finished by the
 deadline, is refused at once (``Busy``: the server answers 503) instead of waiting in an
