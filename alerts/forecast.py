@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr, series
+from exporter.promql import Config, by, duration, expr, one_of, series
 
 from .build import Rule, exported, held, indent, recording_rules, spans
+
+# The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
+# MEMORY_KIND records them, and the rules fold sock into kernel.
+UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
 
 
 def pattern_windows_s(config: Config) -> tuple[int, ...]:
@@ -198,12 +202,12 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             g=gb, ttl=q.TIME_TO_LIMIT_BY_HORIZON, beyond=q.CLIMB_BEYOND_PATTERN)),
         (q.PROCESS_MEMORY, expr(
             "${anon}\n+\n${shm}\nor\n${anon}",
-            anon=per_process("anon", "rss_anon"), shm=per_process("shmem", "rss_shmem"))),
+            anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),
         (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
         (q.MEMORY_KIND, expr(
             "max by ${g} (last_over_time(${raw}[${hold}]))",
             g=by(*g, "kind"), hold=duration(config.hold_s),
-            raw=series(c.MEMORY_BYTES, config.selector, 'kind=~"anon|shmem|kernel|sock"'))),
+            raw=series(c.MEMORY_BYTES, config.selector, one_of("kind", *UNRECLAIMABLE_KINDS)))),
         # Container level: its own processes. Pod level: every container's processes,
         # joined on the pod labels (the pod cgroup has container="").
         (q.HIDDEN, expr(
@@ -233,8 +237,8 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             )
             """,
             g=gb, kv=by(*kv),
-            cap=held(config, c.VLLM_KV_CACHE_CAPACITY_BYTES, kv, medium="cpu"),
-            usage=held(config, c.VLLM_KV_CACHE_USAGE_RATIO, kv, medium="cpu"))),
+            cap=held(config, c.VLLM_KV_CACHE_CAPACITY_BYTES, kv, medium=c.MEDIUM_CPU),
+            usage=held(config, c.VLLM_KV_CACHE_USAGE_RATIO, kv, medium=c.MEDIUM_CPU))),
         (q.NODE_AVAILABLE, held(config, c.NODE_MEMORY_AVAILABLE_BYTES, config.node_labels)),
         (q.VLLM_UP, expr(
             "max by ${g} (avg_over_time(${up}[${w}]))",

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr
+from exporter.promql import Config, by, duration, expr, one_of, selector
 
 from .build import Rule, indent, recording_rules, spans
 from .forecast import pattern_windows_s
+
+# The kinds whose growth a process accounts for: what grows there has a process to name.
+PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
 
 
 def lasting_recording_rules(config: Config) -> list[Rule]:
@@ -44,8 +48,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # The growth the binding horizon reads: day over day where the lasting horizon
     # binds the pod, over the last hour otherwise.
     lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
-    def kg(kinds: str = "") -> str:
-        sel = f'{{kind=~"{kinds}"}}' if kinds else ""
+    def kg(*kinds: str) -> str:
+        sel = selector(one_of("kind", *kinds)) if kinds else ""
         return f"({q.KIND_LASTING_GROWTH}{sel} and {lasting_binds} or {q.KIND_GROWTH}{sel})"
 
     pg = f"({q.PROCESS_LASTING_GROWTH} and {lasting_binds} or {q.PROCESS_GROWTH})"
@@ -73,15 +77,16 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """
                 ${anon}
             or
-                label_replace(sum by ${g} (${kernel}), "kind", "kernel", "", "")
+                label_replace(sum by ${g} (${kernel}), "kind", "${kernel_kind}", "", "")
             or
-                label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "dev_shm", "", "")
+                label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "${dev_shm_kind}", "", "")
             or
-                label_replace(${hidden}, "kind", "hidden", "", "")
+                label_replace(${hidden}, "kind", "${hidden_kind}", "", "")
             """,
-            anon=of(f'{q.MEMORY_KIND}{{kind=~"anon|shmem"}}'), g=gb,
-            kernel=of(f'{q.MEMORY_KIND}{{kind=~"kernel|sock"}}'), tmpfs=of(q.TMPFS_USED),
-            hidden=of(q.HIDDEN))
+            anon=of(q.MEMORY_KIND + selector(one_of("kind", *PROCESS_KINDS))), g=gb,
+            kernel=of(q.MEMORY_KIND + selector(one_of("kind", c.KIND_KERNEL, c.KIND_SOCK))),
+            tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN), kernel_kind=c.KIND_KERNEL,
+            dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
     # The process that grows most, unless what grows most is no process's memory (files
     # in /dev/shm no process maps, kernel memory, hidden charges).
     named = expr(
@@ -91,7 +96,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (${top_kind} and ${kg} > 0 unless ${kg_process})
         """,
         top_process=indent(top_process, 2), g=gb, top_kind=top_kind, kg=kg(),
-        kg_process=kg("anon|shmem"))
+        kg_process=kg(*PROCESS_KINDS))
     rules_: list[tuple[str, str]] = [
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -145,14 +150,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
               * on ${g} group_left (kind)
                 (topk by ${g} (1, ${kg}) * 0 + 1)
               or on ${g}
-                label_replace(${named}, "kind", "anon", "", "")
+                label_replace(${named}, "kind", "${anon}", "", "")
               or on ${g}
                 ${top_kind}
             )
             and on ${g} ${binding} == 1
             """,
-            named=indent(named, 4), g=gb, top_kind=top_kind, kg=kg("anon|shmem"),
-            binding=q.BINDING)),
+            named=indent(named, 4), g=gb, top_kind=top_kind, kg=kg(*PROCESS_KINDS),
+            anon=c.KIND_ANON, binding=q.BINDING)),
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
     ]
     return recording_rules(rules_, q.LASTING_RECORDING_RULE_HELP)

@@ -32,7 +32,8 @@ def _top_grower(config: Config) -> str:
         f'{{{{ range printf "{q.TOP_GROWER}{{{matchers}}} * 86400" {args} | query }}}}'
         "{{ with .Labels.process }}{{ . }} {{ end }}{{ .Labels.kind }} "
         "+{{ .Value | humanize1024 }}B/day{{ end }}"
-        f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",kind=\\"dev_shm\\"}}'
+        f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",'
+        f'kind=\\"{q.KIND_DEV_SHM}\\"}}'
         f' * 86400" {pod_args} | query }}}}; /dev/shm '
         "{{ if gt .Value 1048576.0 }}+{{ .Value | humanize1024 }}B/day{{ else }}flat"
         "{{ end }}{{ end }}"
@@ -217,7 +218,7 @@ def reclaim_at_limit(config: Config) -> Rule:
             max by ${g} (rate(${events}[${w}])) > 0
             """,
             ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
-            events=exported(config, c.MEMORY_EVENTS_TOTAL, event="max"),
+            events=exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_MAX),
             w=duration(config.reclaim_window_s),
         )
 

@@ -36,7 +36,7 @@ def pod_oom_killed(config: Config) -> Rule:
         """,
         pod_p=by(*pod, "process"), pod=by(*pod),
         watcher=kills(exported(config, c.OOM_KILLS_TOTAL)),
-        kernel=kills(exported(config, c.MEMORY_EVENTS_TOTAL, event="oom_kill")),
+        kernel=kills(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)),
     )
     return alerting_rule(
         config, "HeadroomPodOOMKilled", condition, "warning", 0,

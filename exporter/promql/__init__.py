@@ -92,6 +92,7 @@ from exporter.promql.syntax import (
     duration,
     expr,
     number,
+    one_of,
     selector,
     series,
 )
@@ -158,6 +159,7 @@ __all__ = [
     "duration",
     "expr",
     "number",
+    "one_of",
     "selector",
     "series",
 ]

@@ -17,6 +17,11 @@ def selector(*matchers: str, **equal: str) -> str:
     return "{" + ", ".join(parts) + "}" if parts else ""
 
 
+def one_of(label: str, *values: str) -> str:
+    """``label=~"a|b"``: a matcher for any of ``values`` (catalogue names, not literals)."""
+    return f'{label}=~"{"|".join(values)}"'
+
+
 def series(metric: MetricSpec | str, *matchers: str, **equal: str) -> str:
     """A catalogue metric (or recording-rule name) with a selector."""
     name = metric.name if isinstance(metric, MetricSpec) else metric
