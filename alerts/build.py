@@ -19,8 +19,8 @@ def exported(config: Config, metric: c.MetricSpec | str, **equal: str) -> str:
     return series(metric, config.selector, **equal)
 
 
-def held(config: Config, metric: c.MetricSpec | str, labels: tuple[str, ...], **equal: str
-          ) -> str:
+def held(config: Config, metric: c.MetricSpec | str, labels: tuple[str, ...],
+         **equal: str) -> str:
     """One series per ``labels``, holding its last sample through a scrape gap; the
     largest where two exporter instances overlap (a rollout)."""
     return expr(

@@ -32,7 +32,7 @@ What real clusters do to these series, and how the rules hold:
   climb that has lasted; a batch that rose for a few minutes and stopped drops out.
 * A restart (unreclaimable falls below half its floor) starts a new baseline.
 * One page per problem: a container whose own limit binds owns its pod's alerts; the
-  pod-level cgroup owns them only when its limit binds first (``owned``).
+  pod-level cgroup owns them only when its limit binds first (``build.binding``).
 """
 
 from __future__ import annotations
