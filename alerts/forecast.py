@@ -14,7 +14,7 @@ from exporter.promql import Config, by, duration, expr, one_of, series
 from .build import Rule, exported, held, indent, recording_rules, spans
 
 # The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
-# MEMORY_KIND records them, and the rules fold sock into kernel.
+# MEMORY_KIND records them (the lasting group folds sock into kernel).
 UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
 
 
