@@ -1,0 +1,247 @@
+"""The fast recording group: the figures per workload, the binding cgroup, the short and
+medium horizons and the time to limit (README "The forecast (recorded series)").
+
+Evaluated every evaluation interval; the lasting horizon it reads comes from the
+lasting group (``alerts.lasting``).
+"""
+
+from __future__ import annotations
+
+from exporter import catalog as c
+from exporter import promql as q
+from exporter.promql import Config, by, duration, expr, one_of, series
+
+from .build import Rule, exported, held, indent, recording_rules, spans
+
+# The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
+# MEMORY_KIND records them (the lasting group folds sock into kernel).
+UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
+
+
+def pattern_windows_s(config: Config) -> tuple[int, ...]:
+    """How far ahead the daily pattern looks: 1, 2, 3 and 6 hourly windows."""
+    return tuple(k * config.hourly_window_s for k in (1, 2, 3, 6))
+
+
+def _pattern_ttl(config: Config) -> str:
+    """Seconds until the limit by the daily pattern: the first window ahead whose
+    pattern peak reaches the limit in force now (its length: an upper bound)."""
+    parts = [
+        expr(
+            "(last_over_time(${peak}{within=\"${w}\"}[${hold}]) >= on ${g} group_left () "
+            "${limit}) * 0 + ${s}",
+            peak=q.PATTERN_PEAK, w=duration(w), hold=duration(config.lasting_hold_s),
+            g=by(*config.group_labels), limit=q.LIMIT, s=w)
+        for w in pattern_windows_s(config)
+    ]
+    return f"min by {by(*config.group_labels)} (\n    " + "\n  or\n    ".join(parts) + "\n)"
+
+
+def _climb_beyond_pattern(config: Config) -> str:
+    """1 where a climb goes beyond what the recurring peaks and their lasting trend
+    explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
+    yesterday's level is not): above the envelope by a margin plus a day of the lasting
+    trend; or by ``fill_beyond_trend_s`` of it while the lasting horizon reaches the
+    limit within the envelope window; or no envelope yet."""
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    # The margin counts against peaks that recur, not against a climb's own last hours:
+    # where the envelope is no higher than the hour before the last one reached, it is
+    # the climb itself (a steady leak, even a noisy one), and there is no margin.
+    env = expr(
+        """
+        last_over_time(${e}[${hold}])
+        + on ${g}
+        (
+            ${r} * ${limit}
+          unless on ${g}
+            last_over_time(${e}[${hold}])
+              <= on ${g}
+            max_over_time(${hmax}[${recent}] offset ${hw})
+          or on ${g}
+            ${limit} * 0
+        )""",
+        e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
+        limit=q.LIMIT, hmax=q.HOURLY_MAX, recent=hold,
+        hw=duration(config.hourly_window_s))
+    rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
+    return expr(
+        """
+        (
+            ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
+          or
+            ${u} unless on ${g} last_over_time(${e}[${hold}])
+          or
+            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
+            and on ${g}
+            ${ttl}{horizon="lasting"} < ${bw}
+        ) * 0 + 1
+        """,
+        u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
+        e=q.PEAK_ENVELOPE, hold=hold, beyond=config.fill_beyond_trend_s,
+        ttl=q.TIME_TO_LIMIT_BY_HORIZON)
+
+
+def fast_recording_rules(config: Config) -> list[Rule]:
+    """Evaluated every evaluation interval: the figures, the binding cgroup, the short
+    and medium horizons and the time to limit."""
+    g = config.group_labels
+    gb = by(*g)
+    pod = by(*config.pod_labels)
+    kv = (*g, "model_name", "engine")
+    hold_lasting = duration(config.lasting_hold_s)
+
+    def per_process(pss_kind: str, rss_kind: str) -> str:
+        # PSS where the exporter read it (it splits shared pages), else RSS.
+        return expr(
+            "(\n  ${pss}\nor\n  ${rss}\n)",
+            pss=held(config, c.PROCESS_MEMORY_PSS_BYTES, (*g, "process"), kind=pss_kind),
+            rss=held(config, c.PROCESS_MEMORY_BYTES, (*g, "process"), kind=rss_kind),
+        )
+
+    def growth(slope: str, sustain_s: int, window_s: int, climbing: bool = False) -> str:
+        # The slowest slope over the sustain window, once the series spans both; for the
+        # short horizon only while the figure still makes new highs.
+        text = expr(
+            """
+            min_over_time(${slope}[${s}]) > 0
+              and
+            ${spans}
+            """,
+            slope=slope, s=duration(sustain_s),
+            spans=spans(q.UNRECLAIMABLE, window_s + sustain_s, 5 * 60),
+        )
+        if not climbing:
+            return text
+        return expr(
+            """
+            ${text}
+              and
+            ${u} > max_over_time(${u}[${w}] offset ${lag})
+            """,
+            text=text, u=q.UNRECLAIMABLE, w=duration(config.short_window_s),
+            lag=duration(config.climbing_lag_s))
+
+    tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
+               r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)
+    peak_headroom = expr(
+        "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
+        limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
+    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold_lasting}])"
+    lasting_level = expr(
+        "(${env} > max_over_time(${u}[${w}]) or max_over_time(${u}[${w}]))",
+        env=envelope, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
+    rules_: list[tuple[str, str]] = [
+        # A limit of 0 (outside the contract) must not divide: it is dropped.
+        (q.LIMIT, held(config, c.MEMORY_LIMIT_BYTES, g) + " > 0"),
+        (q.UNRECLAIMABLE, held(config, c.MEMORY_UNRECLAIMABLE_BYTES, g)),
+        (q.WORKING_SET, held(config, c.MEMORY_WORKING_SET_BYTES, g)),
+        (q.UNRECLAIMABLE_RATIO, f"{q.UNRECLAIMABLE} / {q.LIMIT}"),
+        (q.HEADROOM, f"clamp_min({q.LIMIT} - {q.UNRECLAIMABLE}, 0)"),
+        # A container binds when its own limit comes first; the pod-level cgroup binds
+        # when some container's does not (pod-level resources) or it has none.
+        (q.BINDING, expr(
+            """
+                (
+                    ${h}{container!=""} <= on ${pod} group_left () (${h}{container=""} + ${tol})
+                  or
+                    ${h}{container!=""} unless on ${pod} ${h}{container=""}
+                ) * 0 + 1
+              or
+                ${h}{container!=""} * 0
+            or
+                (
+                    ${h}{container=""}
+                  and on ${pod}
+                    (${h}{container!=""} > on ${pod} group_left () (${h}{container=""} + ${tol}))
+                  or
+                    ${h}{container=""} unless on ${pod} ${h}{container!=""}
+                ) * 0 + 1
+              or
+                ${h}{container=""} * 0
+            """,
+            h=q.HEADROOM, pod=pod, tol=tol)),
+        # Slopes are taken on the aggregated series: an exporter instance change is not
+        # a slope; bytes, not ratios, so a limit change is not one either.
+        (q.SLOPE_SHORT, f"deriv({q.UNRECLAIMABLE}[{duration(config.short_window_s)}])"),
+        (q.SLOPE_MEDIUM, f"deriv({q.UNRECLAIMABLE}[{duration(config.medium_window_s)}])"),
+        (q.GROWTH + "\tshort", growth(q.SLOPE_SHORT, config.short_sustain_s,
+                                      config.short_window_s, climbing=True)),
+        (q.GROWTH + "\tmedium", growth(q.SLOPE_MEDIUM, config.medium_sustain_s,
+                                       config.medium_window_s)),
+        # Per horizon, from the limit in force now: short and medium from the recent
+        # peak; lasting the sooner of the envelope of the peaks (or the recent peak
+        # above it) at the lasting rate and the daily pattern.
+        (q.TIME_TO_LIMIT_BY_HORIZON, expr(
+            """
+                ${peak_headroom}
+              / on ${g} group_right ()
+                ${growth}{horizon=~"short|medium"}
+            or
+              min by ${gh} (
+                  clamp_min(${limit} - ${level}, 0)
+                / on ${g} group_right ()
+                  last_over_time(${growth}{horizon="lasting"}[${hold}])
+                or
+                  label_replace(label_replace(${pattern}, "horizon", "lasting", "", ""),
+                                "from", "pattern", "", "")
+              )
+            """,
+            peak_headroom=peak_headroom, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
+            limit=q.LIMIT, level=lasting_level, hold=hold_lasting,
+            pattern=indent(_pattern_ttl(config), 18))),
+        (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
+        (q.TIME_TO_LIMIT, expr(
+            """
+            bottomk by ${g} (1,
+                ${ttl}{horizon=~"short|medium"} and on ${g} ${beyond}
+              or
+                ${ttl}{horizon="lasting"}
+            )
+            """,
+            g=gb, ttl=q.TIME_TO_LIMIT_BY_HORIZON, beyond=q.CLIMB_BEYOND_PATTERN)),
+        (q.PROCESS_MEMORY, expr(
+            "${anon}\n+\n${shm}\nor\n${anon}",
+            anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),
+        (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
+        (q.MEMORY_KIND, expr(
+            "max by ${g} (last_over_time(${raw}[${hold}]))",
+            g=by(*g, "kind"), hold=duration(config.hold_s),
+            raw=series(c.MEMORY_BYTES, config.selector, one_of("kind", *UNRECLAIMABLE_KINDS)))),
+        # Container level: its own processes. Pod level: every container's processes,
+        # joined on the pod labels (the pod cgroup has container="").
+        (q.HIDDEN, expr(
+            """
+            clamp_min(${u}{container!=""} - ${attr}, 0)
+            or
+            clamp_min(
+                ${u}{container=""}
+              - on ${pod} group_left ()
+                sum by ${pod} (${attr}),
+              0
+            )
+            """,
+            u=q.UNRECLAIMABLE, attr=q.PROCESS_ATTRIBUTED, pod=pod)),
+        (q.TMPFS_USED, held(config, c.TMPFS_USED_BYTES, (*g, "mount"))),
+        (q.TMPFS_SIZE, held(config, c.TMPFS_SIZE_BYTES, (*g, "mount")) + " > 0"),
+        # With no usage reported (or a usage that means in-flight transfers, not
+        # residency), the whole tier is assumed still to come.
+        (q.KV_OFFLOAD_PENDING, expr(
+            """
+            sum by ${g} (
+                ${cap}
+              * on ${kv}
+                clamp(1 - ${usage}, 0, 1)
+              or
+                ${cap}
+            )
+            """,
+            g=gb, kv=by(*kv),
+            cap=held(config, c.VLLM_KV_CACHE_CAPACITY_BYTES, kv, medium=c.MEDIUM_CPU),
+            usage=held(config, c.VLLM_KV_CACHE_USAGE_RATIO, kv, medium=c.MEDIUM_CPU))),
+        (q.NODE_AVAILABLE, held(config, c.NODE_MEMORY_AVAILABLE_BYTES, config.node_labels)),
+        (q.VLLM_UP, expr(
+            "max by ${g} (avg_over_time(${up}[${w}]))",
+            g=gb, up=exported(config, c.VLLM_UP), w=duration(config.vllm_scrape_window_s))),
+    ]
+    return recording_rules(rules_, q.FAST_RECORDING_RULE_HELP)

@@ -1,0 +1,163 @@
+"""The lasting recording group: hourly minima and maxima, the floor and the envelope of
+the peaks, the lasting horizon, the daily pattern and the top grower.
+
+Evaluated every ``lasting_interval_s``; no rule here reads a day of raw samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter import catalog as c
+from exporter import promql as q
+from exporter.promql import Config, by, duration, expr, one_of, selector
+
+from .build import Rule, indent, recording_rules, spans
+from .forecast import pattern_windows_s
+
+# The kinds whose growth a process accounts for: what grows there has a process to name.
+PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
+
+
+def lasting_recording_rules(config: Config) -> list[Rule]:
+    """Evaluated every ``lasting_interval_s``: hourly minima and maxima, and from them the
+    floor, the envelope of the peaks, their rise per window (the lasting horizon) and
+    the top grower. No rule here reads a day of raw samples."""
+    g = config.group_labels
+    gb = by(*g)
+    pod = by(*config.pod_labels)
+    hw = duration(config.hourly_window_s)
+    bw = duration(config.baseline_window_s)
+    bw_s = config.baseline_window_s
+    # "spans both windows": an hourly figure from two windows ago, less one hour.
+    old = spans(q.HOURLY_MIN, 2 * bw_s - config.hourly_window_s, config.hourly_window_s)
+
+    def rise(name: str, agg: str, lag_s: int = 0) -> str:
+        lag = f" offset {duration(lag_s)}" if lag_s else ""
+        return expr(
+            """
+            (
+                ${agg}_over_time(${name}[${bw}]${lag})
+              - ${agg}_over_time(${name}[${bw}] offset ${lag2})
+            )
+            and on ${g}
+            ${old}
+            """,
+            agg=agg, name=name, bw=bw, lag=lag, lag2=duration(bw_s + lag_s), g=gb, old=old)
+
+    # The growth the binding horizon reads: day over day where the lasting horizon
+    # binds the pod, over the last hour otherwise.
+    lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
+    def kg(*kinds: str) -> str:
+        sel = selector(one_of("kind", *kinds)) if kinds else ""
+        return f"({q.KIND_LASTING_GROWTH}{sel} and {lasting_binds} or {q.KIND_GROWTH}{sel})"
+
+    pg = f"({q.PROCESS_LASTING_GROWTH} and {lasting_binds} or {q.PROCESS_GROWTH})"
+    top_kind = f"topk by {gb} (1, {kg()})"
+    top_process = expr(
+        """
+            topk by ${g} (1, ${pg})
+          or
+            label_replace(topk by ${pod} (1, ${pg}), "container", "", "container", ".*")
+        """,
+        g=gb, pg=pg, pod=pod)
+    period = duration(config.pattern_period_s)
+
+    def day_over_day(selector: str) -> str:
+        return expr("(avg_over_time(${s}[${hw}]) - avg_over_time(${s}[${hw}] offset ${p}))"
+                    " / ${p_s}", s=selector, hw=hw, p=period, p_s=config.pattern_period_s)
+
+    def per_kind(of: Any) -> str:
+        # anon and shmem as they are; kernel + socket buffers as "kernel"; the pod's
+        # memory-backed tmpfs as "dev_shm"; memory no process accounts for as "hidden".
+        # A file in /dev/shm no process maps grows shmem, dev_shm and hidden at one rate:
+        # dev_shm, the name that says where to look, is lifted by 0.1 ppm to win topk's
+        # tie (``exporter.oncall.forecast.GROWER_KINDS`` orders the mirror the same way).
+        return expr(
+            """
+                ${anon}
+            or
+                label_replace(sum by ${g} (${kernel}), "kind", "${kernel_kind}", "", "")
+            or
+                label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "${dev_shm_kind}", "", "")
+            or
+                label_replace(${hidden}, "kind", "${hidden_kind}", "", "")
+            """,
+            anon=of(q.MEMORY_KIND + selector(one_of("kind", *PROCESS_KINDS))), g=gb,
+            kernel=of(q.MEMORY_KIND + selector(one_of("kind", c.KIND_KERNEL, c.KIND_SOCK))),
+            tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN), kernel_kind=c.KIND_KERNEL,
+            dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
+    # The process that grows most, unless what grows most is no process's memory (files
+    # in /dev/shm no process maps, kernel memory, hidden charges).
+    named = expr(
+        """
+        (${top_process}) > 0
+        unless on ${g}
+        (${top_kind} and ${kg} > 0 unless ${kg_process})
+        """,
+        top_process=indent(top_process, 2), g=gb, top_kind=top_kind, kg=kg(),
+        kg_process=kg(*PROCESS_KINDS))
+    rules_: list[tuple[str, str]] = [
+        (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
+        (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
+        (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
+        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.HOURLY_MIN, "min")),
+        # Before the last hour: a climb now is compared with what the peaks reached.
+        (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
+        (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
+        (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
+        (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
+        (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_HOURLY_MIN, "min")),
+        # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
+        # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
+        # peaks did not) is no lasting growth.
+        (q.GROWTH + "\tlasting", expr(
+            """
+            (
+                (${floor} < ${env} or ${env})
+              > on ${g}
+                clamp_min(${ratio} * ${limit}, ${bytes})
+            )
+            / ${bw_s}
+            """,
+            floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
+            ratio=config.min_baseline_rise_ratio, limit=q.LIMIT,
+            bytes=config.min_baseline_rise_bytes, bw_s=bw_s)),
+        # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
+        # recorded every lasting interval), lifted by a period of lasting growth.
+        *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
+            """
+                max_over_time(${hmax}[${span}] offset ${back})
+              + on ${g}
+                ${growth}{horizon="lasting"} * ${period}
+            """,
+            hmax=q.HOURLY_MAX, g=gb, growth=q.GROWTH, period=config.pattern_period_s,
+            span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
+            back=duration(config.pattern_period_s - w)))
+          for w in pattern_windows_s(config)),
+        (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
+        (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
+        (q.KIND_LASTING_GROWTH, per_kind(day_over_day)),
+        (q.PROCESS_LASTING_GROWTH, day_over_day(q.PROCESS_MEMORY)),
+        # A process is named when the kind that grows most is a process's (anon, shmem)
+        # or no kind is reported; else the kind alone (/dev/shm files, kernel memory).
+        (q.TOP_GROWER, expr(
+            """
+            (
+                (${named})
+              * on ${g} group_left (kind)
+                (topk by ${g} (1, ${kg}) * 0 + 1)
+              or on ${g}
+                label_replace(${named}, "kind", "${anon}", "", "")
+              or on ${g}
+                ${top_kind}
+            )
+            and on ${g} ${binding} == 1
+            """,
+            named=indent(named, 4), g=gb, top_kind=top_kind, kg=kg(*PROCESS_KINDS),
+            anon=c.KIND_ANON, binding=q.BINDING)),
+        (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
+    ]
+    return recording_rules(rules_, q.LASTING_RECORDING_RULE_HELP)

@@ -1,0 +1,265 @@
+"""The cgroup memory alerts: HeadroomMemoryFillingUp (ticket and page), NearLimit,
+ReclaimAtLimit and HiddenMemoryGrowth. Each fires on the binding cgroup only.
+"""
+
+from __future__ import annotations
+
+from exporter import catalog as c
+from exporter import promql as q
+from exporter.promql import Config, by, duration, expr, number
+
+from .build import (
+    WHERE,
+    Rule,
+    alerting_rule,
+    binding,
+    exported,
+    hysteresis,
+    min_time_to_limit,
+    workload_query,
+)
+
+
+def _top_grower(config: Config) -> str:
+    """Go template naming what grows in the alert's cgroup: "EngineCore anon +1.5GiB/day"
+    (the process and the kind) and how /dev/shm moves, from TOP_GROWER and KIND_GROWTH."""
+    matchers = ",".join(f"{x}=%q" for x in config.group_labels)
+    args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    # /dev/shm is the pod's (its pod-level cgroup is charged), whichever cgroup binds.
+    pod_m = ",".join(f"{x}=%q" for x in config.pod_labels)
+    pod_args = " ".join(f"$labels.{x}" for x in config.pod_labels)
+    return (
+        f'{{{{ range printf "{q.TOP_GROWER}{{{matchers}}} * 86400" {args} | query }}}}'
+        "{{ with .Labels.process }}{{ . }} {{ end }}{{ .Labels.kind }} "
+        "+{{ .Value | humanize1024 }}B/day{{ end }}"
+        f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",'
+        f'kind=\\"{q.KIND_DEV_SHM}\\"}}'
+        f' * 86400" {pod_args} | query }}}}; /dev/shm '
+        "{{ if gt .Value 1048576.0 }}+{{ .Value | humanize1024 }}B/day{{ else }}flat"
+        "{{ end }}{{ end }}"
+    )
+
+
+def _ttl_text(config: Config) -> str:
+    """Go template: the time to limit and the horizon that binds."""
+    matchers = ",".join(f"{x}=%q" for x in config.group_labels)
+    args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    return (
+        f'{{{{ range printf "{q.TIME_TO_LIMIT}{{{matchers}}}" {args} | query }}}}'
+        "{{ .Value | humanizeDuration }} (the {{ .Labels.horizon }} horizon binds)"
+        "{{ end }}"
+    )
+
+
+def filling_up_warning(config: Config) -> Rule:
+    def cond(h_s: int) -> str:
+        return f"{min_time_to_limit(config, 'lasting')} < {h_s}"
+
+    name = "HeadroomMemoryFillingUp"
+    condition = hysteresis(config, name, "warning", binding(config, cond(
+        config.fill_warning_horizon_s)), binding(config, cond(
+            config.fill_warning_clear_horizon_s)))
+    return alerting_rule(
+        config, name, condition, "warning", config.fill_warning_for_s,
+        f"{{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} is predicted to reach its "
+        f"memory limit within {duration(config.fill_warning_horizon_s)}.",
+        f"The lasting trend of {WHERE} (the floor and the peaks both rise, day over day) "
+        f"reaches the {workload_query(config, q.LIMIT, 'humanize1024')}B limit in "
+        f"{{{{ $value | humanizeDuration }}}}. What grows: {_top_grower(config)}. The "
+        f"peaks reached {workload_query(config, q.PEAK_ENVELOPE, 'humanize1024')}B; the "
+        f"working set may look flat while page cache is squeezed out.",
+    )
+
+
+def critical_condition(config: Config, scale: float) -> str:
+    """The page's condition with every horizon times ``scale`` (1: fire; more: clear).
+
+    * the recorded time to limit within the critical horizon: a short or medium climb
+      that goes beyond the pattern (``CLIMB_BEYOND_PATTERN``), or the lasting horizon
+      (the peaks' envelope, the daily pattern); the lasting horizon within the pattern
+      page horizon (its windows ahead are whole hours);
+    * the peaks at the limit: their envelope reaches it at the lasting rate within the
+      lasting page horizon, or within the confirm horizon while a climb that reaches it
+      within the fast confirm horizon goes on (a sawtooth whose teeth climb).
+    """
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    env = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
+    lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
+
+    def h(seconds: int) -> str:
+        return number(round(seconds * scale))
+
+    return expr(
+        """
+        min by ${g} (${ttl})
+        and on ${g}
+        (
+            min by ${g} (${ttl}) < ${crit}
+        or
+            ${lasting} <= ${pattern_page}
+        or
+            ${env_ttl} < ${lasting_page}
+        or
+            ${env_ttl} < ${confirm}
+          and on ${g}
+            ${fast} < ${fast_confirm}
+        )
+        """,
+        # The peaks' own forecast: from the envelope of the peaks before the last hour,
+        # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
+        # released; the next tooth is what the envelope's trend says).
+        env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
+        g=g, ttl=q.TIME_TO_LIMIT, fast=min_time_to_limit(config, "short|medium"),
+        lasting=min_time_to_limit(config, "lasting"),
+        pattern_page=h(config.fill_pattern_page_horizon_s),
+        # The page must be out (its `for:` elapsed) when the kill is the horizon away.
+        crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
+        lasting_page=h(config.fill_lasting_page_horizon_s),
+        confirm=h(config.fill_lasting_confirm_horizon_s),
+        fast_confirm=h(config.fill_fast_confirm_horizon_s),
+    )
+
+
+def _crash_loop_hold(config: Config) -> str:
+    """A page stays on through a crash loop (the pod recreated under the same name): for
+    an hour after a kill, and while memory grows again within the loop window of one.
+    One stream of pages; HeadroomPodOOMKilled reports every kill."""
+    pod = by(*config.pod_labels)
+    g = by(*config.group_labels)
+
+    def killed(window_s: int) -> str:
+        return (f"max by {pod} (max_over_time(ALERTS{{alertname=\"HeadroomPodOOMKilled\", "
+                f"alertstate=\"firing\"}}[{duration(window_s)}]))")
+
+    return expr(
+        """
+            min by ${g} (${ttl})
+          and on ${pod}
+            ${loop}
+        or
+            ${headroom} * 0
+          and on ${pod}
+            ${after}
+        """,
+        g=g, pod=pod, ttl=q.TIME_TO_LIMIT_BY_HORIZON, headroom=q.HEADROOM,
+        loop=killed(config.crash_loop_window_s), after=killed(config.oom_lookback_s),
+    )
+
+
+def filling_up_critical(config: Config) -> Rule:
+    name = "HeadroomMemoryFillingUp"
+    clear = config.fill_critical_clear_horizon_s / config.fill_critical_horizon_s
+    condition = hysteresis(config, name, "critical",
+                           binding(config, critical_condition(config, 1)),
+                           binding(config, critical_condition(config, clear) + "\nor\n"
+                                   + _crash_loop_hold(config)))
+    return alerting_rule(
+        config, name, condition, "critical", config.fill_critical_for_s,
+        "{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "
+        "{{ $value | humanizeDuration }}.",
+        f"Unreclaimable memory of {WHERE} reaches the "
+        f"{workload_query(config, q.LIMIT, 'humanize1024')}B limit in "
+        f"{_ttl_text(config)}; "
+        f"{workload_query(config, q.HEADROOM, 'humanize1024')}B are left "
+        f"({workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used). "
+        f"What grows: {_top_grower(config)}. Act now: the kernel OOM-kills the pod when "
+        f"it gets there.",
+    )
+
+
+def near_limit(config: Config) -> Rule:
+    # A workload that grows (at any horizon within the last envelope window) is
+    # FillingUp's: a slow leak in a big limit sits above 95 % for days before its kill.
+    # This pages a pod that sits at its limit without growing.
+    name = "HeadroomMemoryNearLimit"
+    # ...and only when what is left (below the recent peak) is within the memory's own
+    # swing of the last hour, or under a floor: that swing, come again, is the kill.
+    def cond(ratio: float, swings: float) -> str:
+        return expr(
+            """
+            ${ratio} > ${threshold}
+            and on ${g}
+            clamp_min(${limit} - max_over_time(${u}[${w}]), 0)
+              < on ${g}
+            ${k} * (last_over_time(${range}[${hold}]) > on ${g} ${floor} * ${limit}
+                    or on ${g} ${floor} * ${limit})
+            unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
+            """,
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s), k=swings,
+            range=q.HOURLY_RANGE, hold=duration(config.lasting_hold_s),
+            floor=config.near_limit_min_headroom_ratio,
+            growth=q.GROWTH, bw=duration(config.baseline_window_s),
+        )
+
+    fire = cond(config.near_limit_ratio, 1)
+    clear = cond(config.near_limit_clear_ratio, 2)
+    return alerting_rule(
+        config, name, hysteresis(config, name, "critical", binding(config, fire),
+                                 binding(config, clear)), "critical",
+        config.near_limit_for_s,
+        "{{ $labels.namespace }}/{{ $labels.pod }} has almost no reclaimable memory left.",
+        f"Memory the kernel cannot reclaim is at {{{{ $value | humanizePercentage }}}} of "
+        f"the {workload_query(config, q.LIMIT, 'humanize1024')}B limit of {WHERE}; the "
+        f"next allocation that does not fit triggers the OOM killer.",
+    )
+
+
+def reclaim_at_limit(config: Config) -> Rule:
+    # max, not sum, over instances: two exporters overlapping in a rollout see one counter.
+    name = "HeadroomMemoryReclaimAtLimit"
+
+    def cond(ratio: float) -> str:
+        return expr(
+            """
+            ${ratio} > ${threshold}
+            and on ${g}
+            max by ${g} (rate(${events}[${w}])) > 0
+            """,
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            events=exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_MAX),
+            w=duration(config.reclaim_window_s),
+        )
+
+    condition = hysteresis(config, name, "warning",
+                           binding(config, cond(config.high_ratio)),
+                           binding(config, cond(config.high_clear_ratio)))
+    return alerting_rule(
+        config, name, condition, "warning",
+        config.reclaim_for_s,
+        "The kernel keeps reclaiming memory at the limit of "
+        "{{ $labels.namespace }}/{{ $labels.pod }}.",
+        f"{WHERE} keeps hitting its memory limit (memory.events max / memory.failcnt "
+        f"rising) while {{{{ $value | humanizePercentage }}}} of the limit cannot be "
+        f"reclaimed: the kernel is squeezing the last page cache out, and an OOM kill "
+        f"follows if it grows further.",
+    )
+
+
+def hidden_memory_growth(config: Config) -> Rule:
+    name = "HeadroomHiddenMemoryGrowth"
+
+    def cond(part: float) -> str:
+        return expr(
+            """
+            ${rise}{container=""} > ${min_bytes}
+            and
+            ${rise}{container=""} > ${min_ratio} * ${limit}
+            """,
+            rise=q.HIDDEN_BASELINE_RISE, min_bytes=part * config.hidden_min_rise_bytes,
+            min_ratio=part * config.hidden_min_rise_ratio, limit=q.LIMIT,
+        )
+
+    condition = hysteresis(config, name, "warning", cond(1.0), cond(0.5))
+    return alerting_rule(
+        config, name, condition, "warning", config.hidden_for_s,
+        "Memory no process accounts for grows in {{ $labels.namespace }}/"
+        "{{ $labels.pod }}.",
+        f"The baseline of memory that no process of pod {{{{ $labels.namespace }}}}/"
+        f"{{{{ $labels.pod }}}} maps rose by {{{{ $value | humanize1024 }}}}B over "
+        f"{duration(config.baseline_window_s)} (now "
+        f"{workload_query(config, q.HIDDEN, 'humanize1024')}B). It is shmem no process "
+        f"maps (files in /dev/shm or a memory-backed emptyDir), kernel memory, or "
+        f"charges left by a killed container: no process RSS shows it.",
+    )

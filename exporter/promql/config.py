@@ -1,0 +1,243 @@
+"""The rules' config: every threshold, window and name the rules take (kubernetes-mixin's
+``_config``). ``CONFIG`` is what ships; dashboards draw their thresholds from it, so a
+panel's red line and the alert that pages on it cannot differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.catalog import WORKLOAD_LABELS
+
+MINUTE = 60
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the rules. Durations are whole seconds (``duration`` renders them);
+    ``DURATION_FIELDS`` lists them for ``scaled``."""
+
+    # --- selection and identity ---------------------------------------------------------
+    # Label matchers (without braces) that select headroom's series.
+    selector: str = 'job="headroom"'
+    # Labels every recording rule keeps: one series per workload, whatever exporter
+    # instance scraped it (a DaemonSet rollout changes `instance`). Add "cluster" here
+    # when one Prometheus sees several clusters.
+    group_labels: tuple[str, ...] = WORKLOAD_LABELS
+    # Labels that identify a node's series (headroom_node_memory_*): the exporter's
+    # target. Use ("node",) where the scrape config adds a node label.
+    node_labels: tuple[str, ...] = ("instance",)
+    runbook_url_base: str = (
+        "https://github.com/vllm-headroom/headroom/blob/main/alerts/runbooks"
+    )
+    rule_group_prefix: str = "headroom"
+
+    # --- gaps and restarts of the exporter ------------------------------------------------
+    # Recorded figures hold their last sample this long, so a scrape gap or an exporter
+    # pod being replaced does not empty them (and resolve every alert).
+    hold_s: int = 10 * MINUTE
+    # Alerts keep firing this long after their condition last held: a gap or a noisy
+    # sample does not resolve a page and re-fire it.
+    keep_firing_s: int = 15 * MINUTE
+    # Forecasts compare growth with the highest unreclaimable figure over this window
+    # (the recent peak): a kill comes with a peak, and a noisy sample must not hold back
+    # a `for:`.
+    peak_window_s: int = 10 * MINUTE
+
+    # --- the forecast (recorded series; README "The forecast (recorded series)") --------
+    # Every window is taken over bytes (unreclaimable memory, its hourly minima and
+    # maxima), never over a ratio or a headroom: the limit enters only at the instant, so
+    # a resized limit (VPA in place) changes every forecast at the next evaluation and no
+    # window mixes two limits.
+    # Short horizon: the slowest deriv over short_window_s seen over short_sustain_s
+    # (a fast ramp that lasted; a burst that stopped drops out within minutes).
+    short_window_s: int = 5 * MINUTE
+    short_sustain_s: int = 6 * MINUTE
+    # ...and only while the climb goes on: the figure now above every one from
+    # climbing_lag_s to climbing_lag_s + short_window_s ago. A batch that stopped drops
+    # out within this lag, not a whole slope window (a nightly batch that adds a third
+    # of the limit in minutes and holds it must not page; a 15-minute ramp must).
+    climbing_lag_s: int = 2 * MINUTE
+    # Medium horizon: the same over hours.
+    medium_window_s: int = 30 * MINUTE
+    medium_sustain_s: int = 30 * MINUTE
+    # Lasting horizon: from hourly minima and maxima (recorded by a group evaluated every
+    # lasting_interval_s), the rise per envelope window of the floor and of the envelope
+    # of the peaks. Never a day of raw samples per evaluation.
+    hourly_window_s: int = HOUR
+    lasting_interval_s: int = 5 * MINUTE
+    baseline_window_s: int = DAY  # the envelope window: peaks and floor over a day
+    # The lasting growth counts only above both (per envelope window).
+    min_baseline_rise_bytes: int = 64 * MiB
+    min_baseline_rise_ratio: float = 0.002  # of the limit
+    # The daily pattern: the same hours one period ago, lifted by a period of lasting
+    # growth, forecast the peaks of the hours ahead (a daily swing's crest, a nightly
+    # batch). Looked ahead 1, 2, 3 and 6 hourly windows.
+    pattern_period_s: int = DAY
+    # How long a figure recorded every lasting_interval_s is held by its readers.
+    lasting_hold_s: int = 15 * MINUTE
+    # Trend slope for panels and HeadroomNodeMemoryPressure.
+    slope_window_s: int = HOUR
+
+    # --- which cgroup binds ------------------------------------------------------------
+    # A container binds (its own limit comes first) when its headroom is no more than the
+    # pod cgroup's plus this tolerance; otherwise the pod-level cgroup binds.
+    owner_tolerance_bytes: int = 256 * MiB
+    owner_tolerance_ratio: float = 0.02  # of the limit
+
+    # --- HeadroomMemoryFillingUp ------------------------------------------------------
+    # Ticket (warning): the lasting horizon forecasts the limit within the horizon; it
+    # clears only beyond the clear horizon (hysteresis).
+    fill_warning_horizon_s: int = 3 * DAY
+    fill_warning_clear_horizon_s: int = 4 * DAY
+    fill_warning_for_s: int = 30 * MINUTE
+    # Page (critical): the short or medium horizon forecasts the limit within the
+    # critical horizon, confirmed by the envelope of the peaks (the climb goes beyond what
+    # the recurring peaks and their lasting trend explain, or the lasting trend says the
+    # peaks reach the limit within the envelope window); or the peaks' envelope reaches
+    # the limit within the lasting page horizon at the lasting rate (a slow leak, a
+    # sawtooth whose teeth climb), or within the confirm horizon while a climb that
+    # reaches it within the fast confirm horizon goes on.
+    # 75 minutes, not 60: the sustained slope reads 10-20 % below the true rate of a
+    # noisy ramp (it is the slowest slope over the sustain window), and the page must
+    # still be out 45 minutes before the kill.
+    fill_critical_horizon_s: int = 75 * MINUTE
+    fill_critical_clear_horizon_s: int = 3 * HOUR
+    fill_lasting_page_horizon_s: int = 3 * HOUR
+    # The lasting horizon itself (the daily pattern's windows ahead are whole hours and
+    # a day old: a crossing it puts within 2 h may come within the hour).
+    fill_pattern_page_horizon_s: int = 2 * HOUR
+    fill_lasting_confirm_horizon_s: int = 6 * HOUR
+    fill_fast_confirm_horizon_s: int = 2 * HOUR
+    # A climb counts as beyond the recurring peaks once it is above their envelope by
+    # more than this much of the lasting trend (a tooth of a sawtooth with a period up
+    # to this long climbs less, and is released).
+    fill_beyond_trend_s: int = 6 * HOUR
+    # ...and by more than this much of the limit (the peaks' own noise: a plateau that
+    # comes back to yesterday's level is not beyond it).
+    fill_beyond_peaks_ratio: float = 0.01
+    fill_critical_for_s: int = 5 * MINUTE
+    # A page stays on while the pod keeps being OOM-killed and grows again within this
+    # window of a kill (a crash loop under the same pod name: one stream of pages).
+    crash_loop_window_s: int = 6 * HOUR
+
+    # --- HeadroomMemoryNearLimit and panel thresholds -----------------------------------
+    near_limit_ratio: float = 0.95  # red on panels
+    near_limit_clear_ratio: float = 0.92  # a firing page clears only below this
+    near_limit_for_s: int = 10 * MINUTE
+    # ...and only when what is left is within the memory's own recent swing (the
+    # highest minus the lowest figure of the last hour) or under this much of the limit:
+    # a pod that sits flat at 96 % of a big limit is not an OOM kill in the making.
+    near_limit_min_headroom_ratio: float = 0.01
+    # Orange on panels; HeadroomMemoryReclaimAtLimit needs this much unreclaimable.
+    high_ratio: float = 0.85
+    high_clear_ratio: float = 0.80
+
+    # --- HeadroomMemoryReclaimAtLimit -------------------------------------------------
+    reclaim_window_s: int = 15 * MINUTE
+    reclaim_for_s: int = 15 * MINUTE
+
+    # --- HeadroomHiddenMemoryGrowth ----------------------------------------------------
+    hidden_min_rise_bytes: int = 64 * MiB
+    hidden_min_rise_ratio: float = 0.01  # of the limit
+    hidden_for_s: int = HOUR
+
+    # --- HeadroomSharedMemoryFillingUp (node-mixin's NodeFilesystemSpaceFillingUp) ------
+    shm_fill_window_s: int = 6 * HOUR
+    shm_fill_horizon_s: int = DAY
+    shm_fill_max_free_ratio: float = 0.40
+    shm_fill_for_s: int = HOUR
+
+    # --- HeadroomStaleSharedMemory ----------------------------------------------------
+    stale_shm_min_bytes: int = 64 * MiB
+    stale_shm_for_s: int = 30 * MINUTE
+
+    # --- HeadroomKVOffloadWillNotFit --------------------------------------------------
+    kv_offload_for_s: int = 15 * MINUTE
+
+    # --- HeadroomNodeMemoryPressure ---------------------------------------------------
+    # MemAvailable below this fraction of MemTotal and falling toward the kubelet's
+    # eviction threshold (default hard threshold memory.available<100Mi) within the
+    # horizon, by its trend.
+    node_pressure_ratio: float = 0.10
+    node_eviction_bytes: int = 100 * MiB
+    node_pressure_horizon_s: int = HOUR
+    node_pressure_for_s: int = 10 * MINUTE
+    # A pod whose limit is at least this fraction of the node's memory has no limit of
+    # its own (the exporter reports the node's memory as its effective limit).
+    no_limit_ratio: float = 0.90
+
+    # --- HeadroomPodOOMKilled ---------------------------------------------------------
+    # A kill: a counter above the highest value it had over the lookback, one window ago.
+    oom_window_s: int = 10 * MINUTE
+    oom_lookback_s: int = HOUR
+
+    # --- meta-monitoring --------------------------------------------------------------
+    exporter_down_for_s: int = 15 * MINUTE
+    collector_window_s: int = 15 * MINUTE
+    collector_for_s: int = 15 * MINUTE
+    vllm_scrape_window_s: int = 15 * MINUTE
+    vllm_scrape_for_s: int = 15 * MINUTE
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with some fields changed (dataclasses.replace, validated)."""
+        return dataclasses.replace(self, **changes).validated()
+
+    def scaled(self, factor: float, minimum_s: int = 1) -> Config:
+        """Every duration divided by ``factor`` (at least ``minimum_s``): for a live test
+        with a fast scrape, e.g. ``CONFIG.scaled(720)`` turns a day into 2 minutes."""
+        if factor <= 0:
+            raise ValueError("factor must be positive")
+        changes = {
+            f: max(minimum_s, round(getattr(self, f) / factor)) for f in DURATION_FIELDS
+        }
+        return self.replace(**changes)
+
+    def validated(self) -> Config:
+        for f in DURATION_FIELDS:
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{f} must be positive")
+        if self.fill_critical_horizon_s > self.fill_warning_horizon_s:
+            raise ValueError("the critical horizon must not exceed the warning horizon")
+        for fire, clear in _HYSTERESIS:
+            if getattr(self, clear) < getattr(self, fire):
+                raise ValueError(f"{clear} must not be below {fire} (hysteresis)")
+        if self.near_limit_clear_ratio > self.near_limit_ratio or \
+                self.high_clear_ratio > self.high_ratio:
+            raise ValueError("a clear ratio must not exceed its fire ratio")
+        for f in _RATIO_FIELDS:
+            if not 0 <= getattr(self, f) <= 1:
+                raise ValueError(f"{f} must be within 0..1")
+        if not {"namespace", "pod", "container"} <= set(self.group_labels):
+            raise ValueError("group_labels must keep namespace, pod and container")
+        if not self.node_labels:
+            raise ValueError("node_labels must name at least one label")
+        return self
+
+    @property
+    def pod_labels(self) -> tuple[str, ...]:
+        """The group labels without container: what identifies a pod."""
+        return tuple(x for x in self.group_labels if x != "container")
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.runbook_url_base.rstrip('/')}/{alertname}.md"
+
+
+DURATION_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Config) if f.name.endswith("_s")
+)
+_HYSTERESIS: tuple[tuple[str, str], ...] = (
+    ("fill_warning_horizon_s", "fill_warning_clear_horizon_s"),
+    ("fill_critical_horizon_s", "fill_critical_clear_horizon_s"),
+)
+_RATIO_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Config) if f.name.endswith("_ratio")
+)
+
+CONFIG = Config().validated()
+"""What ships."""

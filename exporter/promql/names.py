@@ -1,0 +1,166 @@
+"""Recording-rule names, what each records, and the alert names: a contract.
+
+Dashboards, the on-call tools and the rules read these names, never a typed
+``headroom:...`` string, so a recording rule cannot be renamed under a panel.
+Names say what a series is, not the window it was computed over (windows are
+configurable): ``..:slope_short`` stays true where ``..:deriv5m`` would lie.
+"""
+
+from __future__ import annotations
+
+from exporter import catalog as c
+
+# --- recording-rule names ------------------------------------------------------------------
+# Per workload (namespace, pod, container; the pod-level cgroup has container=""), unless
+# said otherwise. Values in base units: bytes, bytes per second, seconds, ratios.
+# The forecast contract (README "The forecast (recorded series)"): LIMIT, UNRECLAIMABLE,
+# HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT, TOP_GROWER. Alerts read those
+# (and TIME_TO_LIMIT_BY_HORIZON, the per-horizon figures TIME_TO_LIMIT is the soonest of).
+LIMIT = "headroom:memory_limit:bytes"
+UNRECLAIMABLE = "headroom:memory_unreclaimable:bytes"
+WORKING_SET = "headroom:memory_working_set:bytes"
+UNRECLAIMABLE_RATIO = "headroom:memory_unreclaimable:ratio"
+HEADROOM = "headroom:memory_headroom:bytes"
+BINDING = "headroom:memory_binding:bool"
+SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
+SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
+GROWTH = "headroom:memory_growth:rate"  # label horizon: short, medium, lasting
+TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
+CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
+TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
+PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
+PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
+MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
+HIDDEN = "headroom:memory_hidden:bytes"
+TMPFS_USED = "headroom:tmpfs_used:bytes"  # per workload and mount
+TMPFS_SIZE = "headroom:tmpfs_size:bytes"  # per workload and mount
+KV_OFFLOAD_PENDING = "headroom:vllm_kv_offload_pending:bytes"
+NODE_AVAILABLE = "headroom:node_memory_available:bytes"  # per node
+VLLM_UP = "headroom:vllm_up:ratio"
+# The lasting group (evaluated every Config.lasting_interval_s).
+HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
+HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
+WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
+HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
+UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
+UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
+PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
+PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
+HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
+PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
+WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
+HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
+KIND_GROWTH = "headroom:memory_kind_growth:rate"  # per workload and kind
+PROCESS_GROWTH = "headroom:process_memory_growth:rate"  # per workload and process
+KIND_LASTING_GROWTH = "headroom:memory_kind_lasting_growth:rate"  # per workload and kind
+PROCESS_LASTING_GROWTH = "headroom:process_memory_lasting_growth:rate"
+TOP_GROWER = "headroom:memory_top_grower:rate"  # labels kind, process
+VLLM_ANSWERED = "headroom:vllm_answered:bool"
+# Compatibility: the alert owner of earlier releases is the binding cgroup.
+OWNER = BINDING
+
+HORIZONS: tuple[str, ...] = ("short", "medium", "lasting")
+# The kind label of MEMORY_KIND and the growth series: the catalogue's unreclaimable kinds
+# (kernel folds socket buffers in) plus two the rules derive: dev_shm (memory-backed tmpfs
+# files) and hidden (memory no process accounts for).
+KIND_DEV_SHM = "dev_shm"
+KIND_HIDDEN = "hidden"
+KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, KIND_DEV_SHM, c.KIND_KERNEL, KIND_HIDDEN)
+
+# Name -> meaning, in evaluation order (later rules read earlier ones), per group.
+FAST_RECORDING_RULE_HELP: dict[str, str] = {
+    LIMIT: "effective hard limit in force now (absent when 0: a limit of 0 never divides)",
+    UNRECLAIMABLE: "memory the kernel cannot reclaim without swap (anon, shmem, kernel): "
+    "the figure that OOMs",
+    WORKING_SET: "usage - inactive_file: the kubelet's working set, for comparison",
+    UNRECLAIMABLE_RATIO: "unreclaimable / the limit in force now",
+    HEADROOM: "limit now - unreclaimable: what can still be charged once page cache is gone",
+    BINDING: "1 on the cgroup whose limit binds: a container whose headroom is no more "
+    "than the pod cgroup's plus a tolerance (its own limit comes first), the pod-level "
+    "cgroup when one of its containers has no such limit; 0 on the others",
+    SLOPE_SHORT: "deriv of unreclaimable over the short window (bytes/s)",
+    SLOPE_MEDIUM: "deriv of unreclaimable over the medium window (bytes/s)",
+    GROWTH: "growth estimate per horizon (bytes/s, present only while > 0): short and "
+    "medium = the slowest slope over their sustain window once the series spans it "
+    "(short: only while the figure still makes new highs); "
+    "lasting = the rise per day of both the floor and the envelope of the peaks (the "
+    "smaller), from hourly minima and maxima",
+    TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
+    "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
+    "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
+    "reaches the limit: 1, 2, 3 or 6 h)",
+    CLIMB_BEYOND_PATTERN: "1 where the climb now goes beyond what the recurring peaks "
+    "explain: above their envelope by a margin and a day of their lasting trend (or by "
+    "fill_beyond_trend_s of it while the lasting horizon reaches the limit within a "
+    "day), or no envelope yet (a young series); absent otherwise",
+    TIME_TO_LIMIT: "the soonest forecast that counts, one series per cgroup: short and "
+    "medium only where the climb goes beyond the pattern, lasting always; label horizon "
+    "says which binds. The page reads this",
+    PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
+    PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
+    MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
+    "(memory-backed tmpfs files), kernel (kernel + socket buffers)",
+    HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
+    "kernel memory, charges left by dead containers)",
+    TMPFS_USED: "bytes used in each memory-backed tmpfs of the pod (per mount)",
+    TMPFS_SIZE: "size of each memory-backed tmpfs of the pod (per mount)",
+    KV_OFFLOAD_PENDING: "part of vLLM's CPU KV-offload tier not yet in use: "
+    "capacity * (1 - usage), or the whole capacity when vLLM reports no usage",
+    NODE_AVAILABLE: "MemAvailable of the node (per node_labels)",
+    VLLM_UP: "fraction of scrapes over the vLLM scrape window that read the pod's vLLM "
+    "/metrics",
+}
+LASTING_RECORDING_RULE_HELP: dict[str, str] = {
+    HOURLY_MAX: "highest unreclaimable figure over the last hour",
+    HOURLY_MIN: "lowest unreclaimable figure over the last hour",
+    WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
+    HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
+    UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
+    "window (from the hourly minima)",
+    UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the floor one window earlier "
+    "(bytes per window), for a workload that spans both windows",
+    PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
+    "the envelope window before the last hour",
+    PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
+    HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
+    "memory's own recent swing",
+    WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
+    "unreclaimable memory squeezes page cache out",
+    HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
+    PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
+    "within): the highest figure of those hours one period ago plus a period of lasting "
+    "growth (absent without lasting growth)",
+    KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
+    PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
+    KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "
+    "same hour's one period ago, per second): a daily swing, read at the same phase, "
+    "does not rise",
+    PROCESS_LASTING_GROWTH: "each process's day-over-day rise, as KIND_LASTING_GROWTH",
+    TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "
+    "and, when that kind is a process's (anon, shmem), the process that grows most; "
+    "value = that process's (or the kind's) growth (bytes/s) at the horizon that binds: "
+    "day over day where the lasting horizon binds (a slow leak under a daily swing is "
+    "named, not the swing), over the last hour otherwise",
+    VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
+    "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
+}
+RECORDING_RULE_HELP: dict[str, str] = {**FAST_RECORDING_RULE_HELP,
+                                       **LASTING_RECORDING_RULE_HELP}
+RECORDING_RULES: tuple[str, ...] = tuple(RECORDING_RULE_HELP)
+FORECAST_SERIES: tuple[str, ...] = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH,
+                                    PEAK_ENVELOPE, TIME_TO_LIMIT, TOP_GROWER)
+
+ALERT_NAMES: tuple[str, ...] = (
+    "HeadroomMemoryFillingUp",
+    "HeadroomMemoryNearLimit",
+    "HeadroomMemoryReclaimAtLimit",
+    "HeadroomHiddenMemoryGrowth",
+    "HeadroomSharedMemoryFillingUp",
+    "HeadroomStaleSharedMemory",
+    "HeadroomKVOffloadWillNotFit",
+    "HeadroomNodeMemoryPressure",
+    "HeadroomPodOOMKilled",
+    "HeadroomExporterDown",
+    "HeadroomCollectorFailing",
+    "HeadroomVLLMScrapeFailing",
+)
