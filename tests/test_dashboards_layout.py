@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from dashboards import common, generate
+from dashboards import generate, layout, selectors, style
 from dashboards.names import ALERT_NAMES, CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST = common.FIRST_SCREEN_UNITS
+FIRST = layout.FIRST_SCREEN_UNITS
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_oom_annotation_and_alert_annotation(models: dict[str, dict[str, Any]]) 
 def test_kind_colours_are_fixed_by_name(models: dict[str, dict[str, Any]]) -> None:
     warm = {"red", "orange", "yellow", "dark-yellow", "dark-orange", "dark-red"}
     cool = {"blue", "super-light-blue"}
-    for kind, colour in common.KIND_COLOURS.items():
+    for kind, colour in style.KIND_COLOURS.items():
         assert colour in (cool if kind.startswith("file") else warm), kind
     d = models["headroom-pod"]
     for title in ("Pod cgroup: memory by kind", "Containers: memory by kind"):
@@ -150,8 +150,8 @@ def test_kind_colours_are_fixed_by_name(models: dict[str, dict[str, Any]]) -> No
         colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
                    for o in p["fieldConfig"]["overrides"]
                    if o["properties"][0]["id"] == "color"}
-        for kind in legends & set(common.KIND_COLOURS):
-            assert colours[kind] == common.KIND_COLOURS[kind], (title, kind)
+        for kind in legends & set(style.KIND_COLOURS):
+            assert colours[kind] == style.KIND_COLOURS[kind], (title, kind)
         assert p["fieldConfig"]["defaults"]["color"]["mode"] != "thresholds"
 
 
@@ -180,7 +180,7 @@ def test_pod_variable_defaults_to_vllm_pods(models: dict[str, dict[str, Any]]) -
     v = next(v for v in models["headroom-pod"]["templating"]["list"] if v["name"] == "pod")
     assert v["sort"] == 0 and "sort_desc(" in v["query"]
     assert "current" not in v  # Grafana takes the first option: a vLLM pod
-    assert common.VLLM_PROCESSES in v["query"]
+    assert selectors.VLLM_PROCESSES in v["query"]
 
 
 def test_every_alert_has_its_runbook_linked(models: dict[str, dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import common
+from dashboards import oom
 
 pytestmark = pytest.mark.prometheus
 
@@ -64,9 +64,9 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
 
 
 def count_expr() -> str:
-    """The dashboards' per-pod OOM count (``common.oom_kills``) over the 10 minutes, with
+    """The dashboards' per-pod OOM count (``oom.oom_kills``) over the 10 minutes, with
     the job variable bound as Grafana would."""
-    expr = common.oom_kills("10m", 'namespace="ns"', 'pod="p"')
+    expr = oom.oom_kills("10m", 'namespace="ns"', 'pod="p"')
     return f"sum({expr})".replace("$job", "headroom")
 
 
