@@ -25,7 +25,7 @@ UP = "up"
 SCRAPE_DURATION = "scrape_duration_seconds"
 SCRAPE_SAMPLES = "scrape_samples_scraped"
 # prometheus_client's process collector; absent while the exporter does not register it.
-RESIDENT_MEMORY = "process_resident_memory_bytes"
+RESIDENT_MEMORY = c.SELF_RESIDENT_MEMORY_BYTES
 
 def panels(k: Knobs) -> list[Panel]:
     """The exporter's health, collectors and cost."""

@@ -33,6 +33,11 @@ W = c.WORKLOAD_LABELS
 RATE = "$__rate_interval"
 RANGE = "$__range"
 
+# Page cache: the catalogue's file_* kinds, which the kernel reclaims first; every other
+# kind is memory it cannot take back without swap.
+PAGE_CACHE_KINDS = tuple(k for k in c.MEMORY_KINDS if k.startswith("file_"))
+UNRECLAIMABLE_KINDS = tuple(k for k in c.MEMORY_KINDS if k not in PAGE_CACHE_KINDS)
+
 # Process names of a vLLM server (catalog: the title without VLLM::, APIServer for the
 # un-retitled `vllm serve`): a pod running one of them is a vLLM pod.
 VLLM_PROCESSES = "APIServer.*|EngineCore.*|Worker.*|DPCoordinator.*"

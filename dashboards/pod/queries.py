@@ -14,6 +14,7 @@ from dashboards.selectors import (
     NAMESPACE,
     POD,
     POD_CGROUP,
+    UNRECLAIMABLE_KINDS,
     W,
     by,
     eq,
@@ -32,10 +33,9 @@ from exporter import catalog as c
 
 RAW = (JOB, NAMESPACE, POD)  # a raw series of this pod
 SCOPE = (NAMESPACE, POD)  # the pod, for the job join of a recording rule
-UNRECLAIMABLE_KINDS = ("anon", "shmem", "kernel", "sock", "unaccounted")
 STACKED_KINDS = c.MEMORY_KINDS  # least reclaimable at the bottom
-RSS_KINDS = ("rss_anon", "rss_shmem", "rss_file")
-ATTRIBUTED_KINDS = ("rss_anon", "rss_shmem")
+RSS_KINDS = (c.RSS_ANON, c.RSS_SHMEM, c.RSS_FILE)
+ATTRIBUTED_KINDS = (c.RSS_ANON, c.RSS_SHMEM)
 P = ("namespace", "pod", "container", "process")
 
 
@@ -86,7 +86,7 @@ def per_process_attributed(*matchers: str) -> str:
         rss = metric(c.PROCESS_MEMORY_BYTES, *RAW, *matchers, eq("kind", rss_kind))
         return f"(max by {by_p} ({pss}) or max by {by_p} ({rss}))"
 
-    return f"sum by (process) ({part('anon', 'rss_anon')} + {part('shmem', 'rss_shmem')})"
+    return f"sum by (process) ({part(c.PSS_ANON, c.RSS_ANON)} + {part(c.PSS_SHMEM, c.RSS_SHMEM)})"
 
 
 def process_growth(k: Knobs, *matchers: str) -> str:
@@ -108,11 +108,13 @@ POD_HIDDEN = pod_rule(r.HIDDEN, POD_CGROUP)
 KV_USAGE = metric(c.VLLM_KV_CACHE_USAGE_RATIO, *RAW, CONTAINERS)
 KV_BLOCKS = metric(c.VLLM_KV_CACHE_CAPACITY_BLOCKS, *RAW, CONTAINERS)
 PREFIX_BLOCKS = metric(c.VLLM_PREFIX_CACHE_BLOCKS, *RAW, CONTAINERS)
-OFFLOAD_BYTES = metric(c.VLLM_KV_CACHE_CAPACITY_BYTES, *RAW, CONTAINERS, eq("medium", "cpu"))
-OFFLOAD_USAGE = metric(c.VLLM_KV_CACHE_USAGE_RATIO, *RAW, CONTAINERS, eq("medium", "cpu"))
+OFFLOAD_BYTES = metric(c.VLLM_KV_CACHE_CAPACITY_BYTES, *RAW, CONTAINERS, eq("medium", c.MEDIUM_CPU))
+OFFLOAD_USAGE = metric(c.VLLM_KV_CACHE_USAGE_RATIO, *RAW, CONTAINERS, eq("medium", c.MEDIUM_CPU))
 PREEMPTIONS = metric(c.VLLM_PREEMPTIONS_TOTAL, *RAW, CONTAINERS)
 UNRECL = re_("kind", UNRECLAIMABLE_KINDS)
-EVENTS = re_("event", ("high", "max", "oom", "oom_kill", "oom_group_kill"))
+# Every memory.events counter but low (memory.low breached is protection, not pressure).
+EVENT_LOW = c.MEMORY_EVENTS[0]  # the catalogue lists low first
+EVENTS = re_("event", (e for e in c.MEMORY_EVENTS if e != EVENT_LOW))
 KV_BY = by(*W, "model_name", "engine")
 
 
