@@ -19,9 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dashboards.names import CONFIG
+from dashboards.names import CONFIG, Config
 from dashboards.upgrade import Json, upgrade
-from exporter.promql import Config
 
 HERE = Path(__file__).resolve().parent
 SUFFIX = ".dashboard.py"

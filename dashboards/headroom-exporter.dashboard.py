@@ -12,12 +12,12 @@ from typing import Any
 from dashboards.knobs import Knobs
 from dashboards.layout import assemble
 from dashboards.links import dashboard_url, link
+from dashboards.names import Config
 from dashboards.panels import Panel, row, stat, timeseries
 from dashboards.selectors import INSTANCE, JOB, RATE, metric
 from dashboards.style import thresholds
 from dashboards.variables import instance_var
 from exporter import catalog as c
-from exporter.promql import Config
 
 SEL = (JOB, INSTANCE)
 # Series Prometheus itself writes for every target (not the exporter's).
@@ -127,6 +127,7 @@ def panels(k: Knobs) -> list[Panel]:
             unit="bytes", w=8, min_zero=True,
         ),
     ]
+
 
 def dashboard(config: Config) -> Any:
     return assemble(

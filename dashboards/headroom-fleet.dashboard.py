@@ -14,7 +14,7 @@ from dashboards.knobs import Knobs
 from dashboards.layout import assemble
 from dashboards.links import SERIES_POD_LINK, TABLE_POD_LINK, dashboard_url, link
 from dashboards.names import RULE as r
-from dashboards.names import promql_duration
+from dashboards.names import Config, promql_duration
 from dashboards.oom import oom_kills
 from dashboards.panels import Panel, bargauge, row, stat, table, timeseries
 from dashboards.selectors import (
@@ -29,7 +29,6 @@ from dashboards.selectors import (
 )
 from dashboards.style import OOM_STEPS, thresholds
 from dashboards.variables import namespace_var, scope_var
-from exporter.promql import Config
 
 
 def per_pod(agg: str, name: str, *matchers: str) -> str:
@@ -204,6 +203,7 @@ def panels(k: Knobs) -> list[Panel]:
             unit="bytes", w=24, links=[SERIES_POD_LINK], min_zero=True, legend_table=True,
         ),
     ]
+
 
 def dashboard(config: Config) -> Any:
     return assemble(

@@ -13,6 +13,7 @@ from dashboards.knobs import Knobs
 from dashboards.layout import assemble
 from dashboards.links import SERIES_POD_LINK, TABLE_POD_LINK, dashboard_url, link
 from dashboards.names import RULE as r
+from dashboards.names import Config
 from dashboards.oom import oom_kills
 from dashboards.panels import Panel, bargauge, row, stat, table, timeseries
 from dashboards.selectors import (
@@ -31,7 +32,6 @@ from dashboards.selectors import (
 from dashboards.style import OOM_STEPS, kind_colours, legend_only, limit_style
 from dashboards.variables import node_var
 from exporter import catalog as c
-from exporter.promql import Config
 
 W = c.WORKLOAD_LABELS
 LABELS_TTL = ("namespace", "pod", "container", "horizon")
@@ -235,6 +235,7 @@ def panels(k: Knobs) -> list[Panel]:
             unit="short", bars=True, links=[SERIES_POD_LINK], min_zero=True,
         ),
     ]
+
 
 def dashboard(config: Config) -> Any:
     return assemble(

@@ -20,27 +20,15 @@ from typing import Any
 from dashboards.knobs import Knobs
 from dashboards.layout import assemble
 from dashboards.links import dashboard_url, link
+from dashboards.names import Config
 from dashboards.oom import oom_kills
 from dashboards.panels import annotation
 from dashboards.pod.details import details
 from dashboards.pod.first_screen import first_screen
-from dashboards.pod.queries import (
-    OOM_DOCS,
-    RAW,
-    SCOPE,
-)
-from dashboards.selectors import (
-    ANY_CONTAINER,
-    NAMESPACE,
-    POD,
-    RATE,
-    W,
-    by,
-    metric,
-)
+from dashboards.pod.queries import OOM_DOCS, RAW, SCOPE
+from dashboards.selectors import ANY_CONTAINER, NAMESPACE, POD, RATE, W, by, metric
 from dashboards.variables import container_var, exporter_var, namespace_var, pod_var
 from exporter import catalog as c
-from exporter.promql import Config
 
 _RESET_SEL = (*RAW, ANY_CONTAINER)
 # A restart: a container's unreclaimable memory falls below this fraction of its floor of
@@ -67,6 +55,7 @@ ALERTS = (
     'ALERTS{alertname=~"Headroom.*", alertstate="firing", '
     f"{NAMESPACE}, {POD}}}"
 )
+
 
 def dashboard(config: Config) -> Any:
     k = Knobs(config)

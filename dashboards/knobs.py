@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.names import promql_duration
+from dashboards.names import Config, promql_duration
 from dashboards.style import thresholds
-from exporter.promql import Config
 
 Json = dict[str, Any]
 

@@ -15,8 +15,6 @@ import pytest
 from dashboards import generate
 from dashboards.names import CONFIG
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parent.parent
 SCALED = CONFIG.scaled(360).replace(hold_s=60)
 

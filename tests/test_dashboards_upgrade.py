@@ -15,8 +15,6 @@ import pytest
 
 from dashboards.upgrade import REFRESH_INTERVALS, SCHEMA_VERSION, upgrade
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parent.parent
 Json = dict[str, Any]
 

@@ -31,12 +31,7 @@ from dashboards.pod.queries import (
     process_growth,
     tightest_line,
 )
-from dashboards.selectors import (
-    ANY_CONTAINER,
-    CGROUPS,
-    CONTAINERS,
-    RANGE,
-)
+from dashboards.selectors import ANY_CONTAINER, CGROUPS, CONTAINERS, RANGE
 from dashboards.style import (
     DOTTED,
     HIDDEN_COLOUR,

@@ -23,12 +23,7 @@ from dashboards.selectors import (
     re_,
     rule,
 )
-from dashboards.style import (
-    DOTTED,
-    fixed,
-    limit_style,
-    override_regex,
-)
+from dashboards.style import DOTTED, fixed, limit_style, override_regex
 from exporter import catalog as c
 
 RAW = (JOB, NAMESPACE, POD)  # a raw series of this pod
