@@ -170,8 +170,7 @@ def variable_exprs(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 # --- generated files ----------------------------------------------------------------------
 def test_one_generator() -> None:
-    """`headroom generate` is the one entry point (issue 9): no `python -m
-    dashboards.generate`."""
+    """`headroom generate` is the one entry point: no `python -m dashboards.generate`."""
     assert not hasattr(generate, "main")
     assert "__main__" not in (ROOT / "dashboards" / "generate.py").read_text()
 

@@ -342,8 +342,8 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
         count = read_tile(prom, tile, {**values, "__range": f"{int(after - start)}s"}, after)
         print(f"  after the kill, {dash} OOM kills in range: {count}")
         assert count["value"] == 1.0, (dash, count)
-    # The pod-level counter itself reads 1 on v1 too (issue 14 saw 0): the exporter adds
-    # its containers' kills, which the v1 kernel counts only in the victim's own cgroup.
+    # The pod-level counter itself reads 1 on v1 too: the exporter adds its containers'
+    # kills, which the v1 kernel counts only in the victim's own cgroup.
     pod_level = api(prom, "query", time=after, query=(
         f'sum(increase(headroom_memory_events_total{{pod="{uid}", container="", '
         f'event="oom_kill"}}[{int(after - start)}s]))'))

@@ -125,8 +125,9 @@ def test_sdk_round_trip_drops_adds_and_changes_nothing(
 def test_the_check_catches_legacy_and_missing_fields(
     models: dict[str, dict[str, Any]],
 ) -> None:
-    """The round-trip check fails on what issue 14 found: legacy keys, a left-out
-    required field (a hidden legend), a row's links, a variable's definition."""
+    """The round-trip check fails on what grafanalib writes and the current model lacks:
+    legacy keys, a left-out required field (a hidden legend), a row's links, a
+    variable's definition."""
     d = json.loads(json.dumps(models["headroom-pod"]))
     ts = next(p for p in d["panels"] if p["type"] == "timeseries")
     del ts["options"]["legend"]["showLegend"]

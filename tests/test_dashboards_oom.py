@@ -5,7 +5,7 @@ v2's case, where the pod cgroup's ``oom_kill`` is hierarchical and a container's
 counts too, is replayed here with ``promtool test rules``: one table row per history of
 the three sources (pod cgroup, containers, headroom's watcher). The count must be the
 number of kills, whatever the cgroup version, restarts or sources that saw it: not 0 on
-v1 (the pod level never counts there, issue 14), not 2 for one kill on v2 (pod level and
+v1 (the pod level never counts there), not 2 for one kill on v2 (pod level and
 container both count it), and a whole number (increase() extrapolates).
 """
 
