@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,10 @@ def test_the_exporter_wheel_does_not_depend_on_grafanalib() -> None:
     extras = project["optional-dependencies"]
     assert any(d.startswith("grafanalib") for d in extras["generate"])
     assert "vllm-headroom[generate]" in extras["test"]
+
+
+def test_the_image_installs_the_wheel_without_extras() -> None:
+    """The image's pip installs the bare wheel: no extra, so no grafanalib in the image."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    wheels = re.findall(r"/wheels/vllm_headroom-\*\.whl(\S*)", dockerfile)
+    assert wheels == [""], wheels
