@@ -1,5 +1,7 @@
-"""headroom's Grafana dashboards: grafanalib sources (``*.dashboard.py``), the house
-style they share (``common``) and the generator of the committed JSON (``generate``).
+"""headroom's Grafana dashboards: grafanalib sources (``*.dashboard.py``, each a
+``dashboard(config)`` function), the house style they share (``selectors``, ``variables``,
+``panels``, ``style``, ``links``, ``layout``, ``knobs``, ``oom``) and the generator of the
+committed JSON (``generate``, with ``upgrade`` to Grafana's current model).
 
 ``queries()`` lists every PromQL expression of every panel (and annotation), so tests can
 run them against a real Prometheus; ``MAY_BE_EMPTY`` names the panels that may

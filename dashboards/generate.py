@@ -1,280 +1,65 @@
 """Render ``dashboards/*.dashboard.py`` to the committed JSON, for ``headroom generate``.
 
-``artifacts()`` returns ``{"dashboards/<name>.json": text}``; ``exporter.generate``
-writes them and copies them into ``charts/headroom/files/dashboards/``.
-
-grafanalib 0.7.1 emits a Grafana 6/7 era model; ``normalise`` brings it to Grafana's
-current dashboard model (schemaVersion 41, the model of grafana-foundation-sdk 11.6, which
-the tests parse it with): ``{type, uid}`` datasources, no null or legacy keys (no
-``definition`` on variables, no ``links``/``transformations`` on rows, ``cellOptions``
-instead of ``displayMode`` in tables, ...), and every field the model requires written
-out, legends shown (the SDK would default ``showLegend`` to false). Output is sorted,
-2-space indented and ends with a newline, so two runs give identical bytes.
+Each source defines ``dashboard(config)``: the grafanalib dashboard a deployment with
+that rules' config gets. ``dashboards(config)`` draws every source for one config, turns
+grafanalib's objects into plain JSON and upgrades that to Grafana's current model
+(``dashboards.upgrade``). ``artifacts()`` returns ``{"dashboards/<name>.json": text}``
+for the shipped config; ``exporter.generate`` writes them and copies them into the chart.
+Output is sorted, 2-space indented and ends with a newline, so two runs give identical
+bytes.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import importlib.util
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from grafanalib._gen import DashboardEncoder
-
-from dashboards import common, names
-from exporter.promql import Config
+from dashboards.names import CONFIG, Config
+from dashboards.upgrade import Json, upgrade
 
 HERE = Path(__file__).resolve().parent
 SUFFIX = ".dashboard.py"
-CHART_DIR = "charts/headroom/files/dashboards"
-
-Json = dict[str, Any]
-
-# Keys of the current model, per level; anything else grafanalib writes is legacy.
-DASHBOARD_KEYS = {
-    "annotations", "description", "editable", "fiscalYearStartMonth", "graphTooltip",
-    "links", "panels", "refresh", "schemaVersion", "tags", "templating", "time",
-    "timepicker", "timezone", "title", "uid", "version", "weekStart",
-}
-PANEL_KEYS = {
-    "datasource", "description", "fieldConfig", "gridPos", "id", "interval", "links",
-    "maxDataPoints", "maxPerRow", "options", "repeat", "repeatDirection", "targets",
-    "timeFrom", "timeShift", "title", "transformations", "transparent", "type",
-}
-ROW_KEYS = {"collapsed", "gridPos", "id", "panels", "repeat", "title", "type"}
-TARGET_KEYS = {
-    "datasource", "editorMode", "expr", "format", "hide", "instant", "interval",
-    "legendFormat", "range", "refId",
-}
-VARIABLE_KEYS = {
-    "allowCustomValue", "allValue", "current", "datasource", "hide", "includeAll", "label",
-    "multi", "name", "options", "query", "refresh", "regex", "skipUrlSync", "sort", "type",
-}
-LINK_KEYS = {
-    "asDropdown", "icon", "includeVars", "keepTime", "tags", "targetBlank", "title",
-    "tooltip", "type", "url",
-}
-# The time picker's refresh choices (the model writes them out).
-REFRESH_INTERVALS = ["30s", "1m", "5m", "15m", "30m", "1h", "2h", "1d"]
 
 
 def sources() -> list[Path]:
     return sorted(HERE.glob("*" + SUFFIX))
 
 
-def load(path: Path) -> Any:
-    """The ``dashboard`` object a ``*.dashboard.py`` file defines."""
+@functools.cache
+def _module(path: Path) -> ModuleType:
+    """A ``*.dashboard.py`` file, executed once (its name is not an importable one)."""
     name = path.name[: -len(SUFFIX)]
     spec = importlib.util.spec_from_file_location(f"dashboards._{name.replace('-', '_')}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.dashboard
+    return module
 
 
-def _prune(obj: Any) -> Any:
-    """Drops null values (Grafana's defaults), except in threshold steps where a null
-    value is the base step (from -infinity)."""
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if k == "steps" and isinstance(v, list):
-                out[k] = v
-            elif v is not None:
-                out[k] = _prune(v)
-        return out
-    if isinstance(obj, list):
-        return [_prune(v) for v in obj]
-    return obj
+def load(path: Path) -> Callable[[Config], Any]:
+    """The ``dashboard(config)`` function a ``*.dashboard.py`` file defines."""
+    draw: Callable[[Config], Any] = _module(path).dashboard
+    return draw
 
 
-# --- panel options, per type: the model's required fields, written out ------------------
-def _legend(options: Json) -> Json:
-    legend = dict(options.get("legend") or {})
-    return {
-        "calcs": legend.get("calcs", []),
-        "displayMode": legend.get("displayMode", "list"),
-        "placement": legend.get("placement", "bottom"),
-        "showLegend": True,  # the SDK's default is false: legends are always shown here
-    }
-
-
-def _timeseries_options(options: Json) -> Json:
-    tooltip = options.get("tooltip") or {}
-    return {
-        "legend": _legend(options),
-        "tooltip": {"mode": tooltip.get("mode", "multi"), "sort": tooltip.get("sort", "desc")},
-    }
-
-
-def _stat_options(options: Json) -> Json:
-    return {
-        "colorMode": options.get("colorMode", "value"),
-        "graphMode": options.get("graphMode", "none"),
-        "justifyMode": options.get("justifyMode", "auto"),
-        "orientation": options.get("orientation", "auto"),
-        "percentChangeColorMode": "standard",
-        "reduceOptions": options["reduceOptions"],
-        "showPercentChange": False,
-        "textMode": options.get("textMode", "auto"),
-        "wideLayout": True,
-    }
-
-
-def _table_options(options: Json) -> Json:
-    return {
-        "cellHeight": "sm",
-        "frameIndex": 0,
-        "showHeader": options.get("showHeader", True),
-        "showTypeIcons": False,
-        "sortBy": options.get("sortBy", []),
-    }
-
-
-def _bargauge_options(options: Json) -> Json:
-    keep = ("displayMode", "maxVizHeight", "minVizHeight", "minVizWidth", "namePlacement",
-            "orientation", "reduceOptions", "showUnfilled", "sizing", "valueMode")
-    out = {k: options[k] for k in keep if k in options}
-    out["legend"] = {"calcs": [], "displayMode": "list", "placement": "bottom",
-                     "showLegend": False}  # a bar list names its bars: no legend to show
-    return out
-
-
-def _table_field_config(fc: Json) -> Json:
-    custom = dict(fc["defaults"].get("custom") or {})
-    custom.pop("displayMode", None)  # legacy: cellOptions.type says how a cell draws
-    custom.setdefault("align", "auto")
-    custom["cellOptions"] = {"type": "auto"}
-    custom.setdefault("inspect", False)
-    fc["defaults"]["custom"] = custom
-    return fc
-
-
-OPTIONS: dict[str, Callable[[Json], Json]] = {
-    "timeseries": _timeseries_options,
-    "stat": _stat_options,
-    "table": _table_options,
-    "bargauge": _bargauge_options,
-}
-
-
-def _target(t: Json) -> Json:
-    t = {k: v for k, v in t.items() if k in TARGET_KEYS}
-    t["editorMode"] = "code"
-    t["range"] = not t.get("instant", False)
-    t["instant"] = bool(t.get("instant", False))
-    for key in ("interval", "hide"):
-        if not t.get(key):
-            t.pop(key, None)
-    return t
-
-
-def _data_link(link: Json) -> Json:
-    return {"targetBlank": bool(link.get("targetBlank", False)), "title": link["title"],
-            "url": link["url"]}
-
-
-def _field_config(p: Json) -> Json:
-    fc: Json = p.get("fieldConfig") or {"defaults": {}, "overrides": []}
-    fc.setdefault("overrides", [])
-    defaults = fc["defaults"]
-    defaults["links"] = [_data_link(x) for x in defaults.get("links", [])]
-    for o in fc["overrides"]:
-        for prop in o["properties"]:
-            if prop["id"] == "links":
-                prop["value"] = [_data_link(x) for x in prop["value"]]
-    if p["type"] == "table":
-        fc = _table_field_config(fc)
-    return fc
-
-
-def _row(p: Json) -> Json:
-    row = {k: v for k, v in p.items() if k in ROW_KEYS}
-    row["collapsed"] = bool(row.get("collapsed", False))
-    row["panels"] = [_panel(x) for x in p.get("panels", [])]
-    if not row.get("repeat"):
-        row.pop("repeat", None)
-    return row
-
-
-def _panel(p: Json) -> Json:
-    if p.get("type") == "row":
-        return _row(p)
-    p = {k: v for k, v in p.items() if k in PANEL_KEYS}
-    if p.get("maxDataPoints") == 100:  # grafanalib's default: let Grafana choose
-        del p["maxDataPoints"]
-    p["transparent"] = bool(p.get("transparent", False))
-    if not p.get("repeat"):
-        for key in ("repeat", "maxPerRow"):
-            p.pop(key, None)
-    p["repeatDirection"] = "h"
-    p["links"] = [_link(x) for x in p.get("links", [])]
-    p["options"] = OPTIONS[p["type"]](p.get("options") or {})
-    p["fieldConfig"] = _field_config(p)
-    p["targets"] = [_target(t) for t in p.get("targets", [])]
-    if not p.get("transformations"):
-        p.pop("transformations", None)
-    return p
-
-
-def _current(v: Json) -> Json | None:
-    """The selected value; None (no key) lets Grafana pick: the default data source, or
-    the first option of a query (the pod variable lists vLLM pods first)."""
-    current = v.get("current") or {}
-    value = current.get("value")
-    if v["type"] == "datasource" or value is None:
-        return None
-    if value == "$__all":
-        return {"selected": True, "text": ["All"], "value": ["$__all"]}
-    if v.get("multi"):
-        return {"selected": True, "text": [value], "value": [value]}
-    return {"selected": True, "text": value, "value": value}
-
-
-def _variable(v: Json) -> Json:
-    v = {k: val for k, val in v.items() if k in VARIABLE_KEYS}
-    current = _current(v)
-    if current is None:
-        v.pop("current", None)
-    else:
-        v["current"] = current
-    v["allowCustomValue"] = True
-    v.setdefault("regex", "")
-    if v["type"] != "custom":  # custom variables keep their fixed options
-        v["options"] = []
-    v["skipUrlSync"] = False
-    v["multi"] = bool(v.get("multi", False))
-    v["includeAll"] = bool(v.get("includeAll", False))
-    return v
-
-
-def _link(link: Json) -> Json:
-    out = {k: v for k, v in link.items() if k in LINK_KEYS}
-    out.setdefault("tags", [])
-    return out
-
-
-def normalise(raw: Json) -> Json:
-    """grafanalib's JSON -> Grafana's current dashboard model."""
-    d: Json = _prune({k: v for k, v in raw.items() if k in DASHBOARD_KEYS})
-    d["schemaVersion"] = common.SCHEMA_VERSION
-    d["version"] = 1
-    d["fiscalYearStartMonth"] = 0
-    d["panels"] = [_panel(p) for p in d["panels"]]
-    d["templating"] = {"list": [_variable(v) for v in d["templating"]["list"]]}
-    d["links"] = [_link(x) for x in d.get("links", [])]
-    d["annotations"] = {"list": [{**a, "builtIn": 0} for a in d["annotations"]["list"]]}
-    d["timepicker"] = {"hidden": False, "refresh_intervals": REFRESH_INTERVALS}
-    return d
+def _json_data(obj: Any) -> Any:
+    """What ``json.dumps`` writes for a grafanalib object: its ``to_json_data()``."""
+    to_json_data = getattr(obj, "to_json_data", None)
+    if to_json_data is None:
+        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+    return to_json_data()
 
 
 def to_json(dashboard: Any) -> Json:
-    raw: Json = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
-    return normalise(raw)
+    """A grafanalib dashboard in Grafana's current model."""
+    raw: Json = json.loads(json.dumps(dashboard, default=_json_data))
+    return upgrade(raw)
 
 
 def render(d: Json) -> str:
@@ -282,28 +67,11 @@ def render(d: Json) -> str:
 
 
 def dashboards(config: Config | None = None) -> dict[str, Json]:
-    """Source stem (also the JSON file's name) -> normalised dashboard model; with
-    ``config``, the dashboards a deployment with those rules would get (a live test with
-    every window scaled down draws them with the same scaled windows and thresholds)."""
-    with _configured(config):
-        return {p.name[: -len(SUFFIX)]: to_json(load(p)) for p in sources()}
-
-
-@contextmanager
-def _configured(config: Config | None) -> Iterator[None]:
-    """The house style built on ``config`` while the sources load (they read it through
-    ``dashboards.common`` at import), the shipped one again afterwards."""
-    if config is None or config == names.CONFIG:
-        yield
-        return
-    shipped = names.CONFIG
-    names.CONFIG = config
-    importlib.reload(common)
-    try:
-        yield
-    finally:
-        names.CONFIG = shipped
-        importlib.reload(common)
+    """Source stem (also the JSON file's name) -> dashboard model; with ``config``, the
+    dashboards a deployment with those rules would get (a live test with every window
+    scaled down draws them with the same scaled windows and thresholds)."""
+    drawn_for = CONFIG if config is None else config
+    return {p.name[: -len(SUFFIX)]: to_json(load(p)(drawn_for)) for p in sources()}
 
 
 def artifacts() -> dict[str, str]:

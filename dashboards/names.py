@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from exporter import promql as RULE
 from exporter.oncall import forecast as FORECAST
-from exporter.promql import ALERT_NAMES, CONFIG, by, selector, series
+from exporter.promql import ALERT_NAMES, CONFIG, Config, by, selector, series
 from exporter.promql import RECORDING_RULES as _RULES
 from exporter.promql import duration as promql_duration
 
-# The forecast contract's series (FORECAST-CONTRACT: recorded by the shipped rules; the
-# first screen reads them and nothing else), with the rules' other names.
+# The forecast's series (recorded by the shipped rules; the on-call tools and the pod
+# dashboard's first screen read the same ones), with the rules' other names.
 RECORDING_RULES: tuple[str, ...] = tuple(dict.fromkeys((*_RULES, *FORECAST.CONTRACT)))
 
-__all__ = ["ALERT_NAMES", "CONFIG", "FORECAST", "RECORDING_RULES", "RULE", "by",
+__all__ = ["ALERT_NAMES", "CONFIG", "FORECAST", "RECORDING_RULES", "RULE", "Config", "by",
            "promql_duration", "selector", "series"]

@@ -28,6 +28,18 @@ class Part:
     copy_glob: str = "*"  # ... whose name matches this
 
 
+# The authoring libraries of the dashboards (grafanalib and its attrs), installed by the
+# ``generate`` extra only: the exporter's image never draws a dashboard.
+GENERATE_EXTRA_MODULES = ("grafanalib", "attr")
+GENERATE_EXTRA_HINT = "pip install 'vllm-headroom[generate]'"
+# The exit status of a missing extra: the command cannot run as installed (a usage error).
+MISSING_EXTRA = 2
+
+
+class MissingExtra(Exception):
+    """A part needs a module of the ``generate`` extra that is not installed."""
+
+
 def _artifacts_of(module: str) -> Callable[[Path], Mapping[str, str]]:
     """The ``artifacts()`` of a module of the tree being generated."""
     def produce(root: Path) -> Mapping[str, str]:
@@ -36,10 +48,11 @@ def _artifacts_of(module: str) -> Callable[[Path], Mapping[str, str]]:
             found: Mapping[str, str] = importlib.import_module(module).artifacts()
             return found
         except ModuleNotFoundError as exc:
-            if exc.name != "grafanalib":
+            missing = (exc.name or "").partition(".")[0]
+            if missing not in GENERATE_EXTRA_MODULES:
                 raise
-            raise SystemExit("headroom generate: the dashboards need grafanalib: "
-                             "pip install 'vllm-headroom[generate]'") from exc
+            raise MissingExtra(f"{module} needs {missing}, which the generate extra "
+                               f"installs: {GENERATE_EXTRA_HINT}") from exc
         finally:
             sys.path.remove(str(root))
     return produce
@@ -113,6 +126,9 @@ def run_generate(root_arg: str, check: bool) -> int:
     root = Path(root_arg).resolve()
     try:
         artifacts = collect_artifacts(root)
+    except MissingExtra as exc:
+        print(f"headroom generate: {exc}", file=sys.stderr)
+        return MISSING_EXTRA
     except GenerateError as exc:
         print(f"headroom generate: {exc}", file=sys.stderr)
         return 1

@@ -42,6 +42,7 @@ import dashboards
 from dashboards import generate
 from dashboards.names import RECORDING_RULES
 from exporter import catalog
+from exporter.generate import TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -71,6 +72,9 @@ COUNTER_FN = re.compile(
     r"(?:\{[^}]*\})?\s*\[[^\]]*\]\s*\)"
 )
 VAR = re.compile(r"\$\{?([a-zA-Z_]\w*)")
+
+# Where the chart keeps its copies of the dashboards (exporter/generate.py TABLE).
+CHART_DASHBOARDS = next(p.chart_copies for p in TABLE if p.name == "dashboards")
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -166,8 +170,7 @@ def variable_exprs(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 # --- generated files ----------------------------------------------------------------------
 def test_one_generator() -> None:
-    """`headroom generate` is the one entry point (issue 9): no `python -m
-    dashboards.generate`."""
+    """`headroom generate` is the one entry point: no `python -m dashboards.generate`."""
     assert not hasattr(generate, "main")
     assert "__main__" not in (ROOT / "dashboards" / "generate.py").read_text()
 
@@ -180,10 +183,10 @@ def test_generation_is_deterministic_and_committed() -> None:
                            "headroom-exporter")}
     for rel, text in first.items():
         assert (ROOT / rel).read_text() == text, rel
-        chart_copy = ROOT / generate.CHART_DIR / Path(rel).name
+        chart_copy = ROOT / CHART_DASHBOARDS / Path(rel).name
         assert chart_copy.read_text() == text, chart_copy
         assert text.endswith("}\n") and text == generate.render(json.loads(text))
-    assert not (ROOT / generate.CHART_DIR / "headroom-overview.json").exists()
+    assert not (ROOT / CHART_DASHBOARDS / "headroom-overview.json").exists()
 
 
 def test_headroom_generate_collects_dashboards() -> None:
@@ -192,7 +195,7 @@ def test_headroom_generate_collects_dashboards() -> None:
     out = collect_artifacts(ROOT)
     for rel, text in generate.artifacts().items():
         assert out[rel] == text
-        assert out[f"{generate.CHART_DIR}/{Path(rel).name}"] == text
+        assert out[f"{CHART_DASHBOARDS}/{Path(rel).name}"] == text
 
 
 def test_queries_and_may_be_empty(models: dict[str, dict[str, Any]]) -> None:
@@ -306,7 +309,7 @@ def test_raw_series_select_job() -> None:
 
 def test_recording_rules_are_limited_to_job() -> None:
     """Recording rules keep no job label: every query that reads one joins it to a raw
-    series of ``$job`` (common.jobbed), so the job variable reaches every panel."""
+    series of ``$job`` (selectors.jobbed), so the job variable reaches every panel."""
     for uid, title, expr in dashboards.queries():
         rules = metric_names(expr) & set(RECORDING_RULES)
         if rules:

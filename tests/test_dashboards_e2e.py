@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from alerts.generate import rules_yaml
-from dashboards import common, generate
+from dashboards import generate, layout, selectors
 from exporter.promql import CONFIG, HEADROOM
 from tests.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
 from tests.net import free_port, stop_all, wait_http
@@ -46,7 +46,7 @@ MiB = 1 << 20
 SCALE = 360  # as the alerting e2e: 1 h -> 10 s, 1 d -> 4 min
 # The rules hold a recorded figure across scrape gaps (hold_s, 10 min shipped, 2 s
 # scaled); held a minute here, so the run can show that a tile drops an ended cgroup's
-# held figures (common.jobbed joins the live raw series).
+# held figures (selectors.jobbed joins the live raw series).
 SCALED = CONFIG.scaled(SCALE).replace(hold_s=60)
 LIMIT = 192 * MiB
 # "Two minutes before the kill", scaled, is 0.33 s: less than one scrape. The tiles are
@@ -206,13 +206,13 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 def first_screen(d: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in d["panels"] if p["type"] != "row"
-            and p["gridPos"]["y"] + p["gridPos"]["h"] <= common.FIRST_SCREEN_UNITS]
+            and p["gridPos"]["y"] + p["gridPos"]["h"] <= layout.FIRST_SCREEN_UNITS]
 
 
 def on_screen(d: dict[str, Any]) -> list[dict[str, Any]]:
     """Panels at least partly on the first screen (what a picture of it shows)."""
     return [p for p in d["panels"] if p["type"] != "row"
-            and p["gridPos"]["y"] < common.FIRST_SCREEN_UNITS]
+            and p["gridPos"]["y"] < layout.FIRST_SCREEN_UNITS]
 
 
 def read_tile(prom: str, panel: dict[str, Any], values: dict[str, str], at: float
@@ -305,7 +305,7 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
 
     values = {"job": "headroom", "namespace": "", "pod": uid, "container": ".+",
               "exporter": stack["instance"], "node": stack["instance"],
-              "instance": ".+", "scope": common.VLLM_PROCESSES,
+              "instance": ".+", "scope": selectors.VLLM_PROCESSES,
               "__rate_interval": RATE_INTERVAL, "datasource": "prometheus"}
     at, after = killed - BEFORE_S, end - 1
     before = {t: read_tile(prom, tiles[t], {**values, "__range": f"{int(at - start)}s"}, at)
@@ -342,8 +342,8 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
         count = read_tile(prom, tile, {**values, "__range": f"{int(after - start)}s"}, after)
         print(f"  after the kill, {dash} OOM kills in range: {count}")
         assert count["value"] == 1.0, (dash, count)
-    # The pod-level counter itself reads 1 on v1 too (issue 14 saw 0): the exporter adds
-    # its containers' kills, which the v1 kernel counts only in the victim's own cgroup.
+    # The pod-level counter itself reads 1 on v1 too: the exporter adds its containers'
+    # kills, which the v1 kernel counts only in the victim's own cgroup.
     pod_level = api(prom, "query", time=after, query=(
         f'sum(increase(headroom_memory_events_total{{pod="{uid}", container="", '
         f'event="oom_kill"}}[{int(after - start)}s]))'))
@@ -365,7 +365,7 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
            query=f'headroom_memory_limit_bytes{{pod="{uid}", container!=""}}')}
     held = api(prom, "query", time=gone, query=f'{HEADROOM}{{pod="{uid}"}}')
     shown = api(prom, "query", time=gone, query=bind(
-        common.rule(HEADROOM, f'pod="{uid}"', scope=(f'pod="{uid}"',)), values))
+        selectors.rule(HEADROOM, f'pod="{uid}"', scope=(f'pod="{uid}"',)), values))
     assert {r["metric"].get("container", "") for r in held} == {"", *cid}, held
     assert {r["metric"].get("container", "") for r in shown} == {""}, shown
 

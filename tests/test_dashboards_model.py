@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dashboards import common, generate
+from dashboards import generate, upgrade
 
 pytest.importorskip("grafana_foundation_sdk", reason="pip install -e .[test]")
 
@@ -108,7 +108,7 @@ def test_pinned_sdk_is_the_current_model() -> None:
     v = version("grafana-foundation-sdk")  # e.g. 1769699379!11.6.0: epoch!Grafana version
     grafana = tuple(int(x) for x in v.split("!")[-1].split(".")[:2])
     assert grafana >= (11, 6), v
-    assert Dashboard().schema_version == common.SCHEMA_VERSION == 41
+    assert Dashboard().schema_version == upgrade.SCHEMA_VERSION == 41
 
 
 @pytest.mark.parametrize("name", ["headroom-pod", "headroom-fleet", "headroom-node",
@@ -125,8 +125,9 @@ def test_sdk_round_trip_drops_adds_and_changes_nothing(
 def test_the_check_catches_legacy_and_missing_fields(
     models: dict[str, dict[str, Any]],
 ) -> None:
-    """The round-trip check fails on what issue 14 found: legacy keys, a left-out
-    required field (a hidden legend), a row's links, a variable's definition."""
+    """The round-trip check fails on what grafanalib writes and the current model lacks:
+    legacy keys, a left-out required field (a hidden legend), a row's links, a
+    variable's definition."""
     d = json.loads(json.dumps(models["headroom-pod"]))
     ts = next(p for p in d["panels"] if p["type"] == "timeseries")
     del ts["options"]["legend"]["showLegend"]

@@ -5,7 +5,7 @@ v2's case, where the pod cgroup's ``oom_kill`` is hierarchical and a container's
 counts too, is replayed here with ``promtool test rules``: one table row per history of
 the three sources (pod cgroup, containers, headroom's watcher). The count must be the
 number of kills, whatever the cgroup version, restarts or sources that saw it: not 0 on
-v1 (the pod level never counts there, issue 14), not 2 for one kill on v2 (pod level and
+v1 (the pod level never counts there), not 2 for one kill on v2 (pod level and
 container both count it), and a whole number (increase() extrapolates).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import common
+from dashboards import oom
 
 pytestmark = pytest.mark.prometheus
 
@@ -64,9 +64,9 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
 
 
 def count_expr() -> str:
-    """The dashboards' per-pod OOM count (``common.oom_kills``) over the 10 minutes, with
+    """The dashboards' per-pod OOM count (``oom.oom_kills``) over the 10 minutes, with
     the job variable bound as Grafana would."""
-    expr = common.oom_kills("10m", 'namespace="ns"', 'pod="p"')
+    expr = oom.oom_kills("10m", 'namespace="ns"', 'pod="p"')
     return f"sum({expr})".replace("$job", "headroom")
 
 

@@ -38,7 +38,8 @@ def test_every_dashboard_type_checks_with_no_error(tmp_path: Path) -> None:
 
 
 def test_the_check_finds_what_the_current_model_removed(tmp_path: Path) -> None:
-    """Issue 20's findings: a top-level annotation ``expr`` and a table ``footer``."""
+    """Keys the current model removed and an older model accepted: a top-level
+    annotation ``expr`` and a table ``footer``."""
     models = generate.dashboards()
     pod, fleet = models["headroom-pod"], models["headroom-fleet"]
     a = pod["annotations"]["list"][0]

@@ -1,0 +1,1 @@
+"""The pod dashboard's sections (``headroom-pod.dashboard.py`` assembles them)."""
