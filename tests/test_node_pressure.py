@@ -4,6 +4,7 @@ pipeline."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def test_vmstat_keeps_only_the_reclaimers_and_oom_kill() -> None:
 
 def test_an_old_kernel_has_no_oom_kill_counter() -> None:
     assert parse_vmstat("pgscan_kswapd 1\n").oom_kills is None
+
+
+@pytest.mark.parametrize("text", [
+    "", "\n\n", "some\n", "some avg10=1e999 avg60=nan avg300=0 total=-1\n",
+    "full avg10=0.0 avg60=0.0 total=99999999999999999999999\n", "some =\x00 ==\n",
+])
+def test_hostile_psi_text_is_parsed_or_refused_with_valueerror(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        parse_psi(text)
+
+
+@pytest.mark.parametrize("text", ["oom_kill\n", "pgscan_kswapd 1 2\n", "oom_kill x\n",
+                                  " \n", "pgsteal_direct -\n"])
+def test_hostile_vmstat_text_is_parsed_or_refused_with_valueerror(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        parse_vmstat(text)
 
 
 def tree(tmp_path: Path, host: str = "v2-systemd-mixed") -> Path:

@@ -19,8 +19,8 @@ the node runs out (the kubelet evicts, or the kernel's global OOM killer picks i
   signalled counts: a group kill of three processes is 3; headroom's per-pod kill count
   is ``headroom_oom_kills_total``).
 
-Two small files, read with raw syscalls; only the keys above are kept, so the series are
-bounded whatever the kernel adds.
+Two small files, read with raw syscalls and at most ``MAX_BYTES`` each; only the keys
+above are kept, so the series are bounded whatever the kernel adds.
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter import catalog as c
-from exporter.paths import HostPaths, read_text
+from exporter.paths import HostPaths, read_bytes
 from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
 
 # PSI reads that mean "this kernel has no PSI", not a failure.
 _NO_PSI = (errno.ENOENT, errno.EOPNOTSUPP)
+MAX_BYTES = 1 << 16  # each file read at most this far (vmstat of a 6.x kernel: ~5 KiB)
+
+
+def _read(path: str) -> str:
+    return read_bytes(path, MAX_BYTES).decode("ascii", "replace")
 
 
 @dataclass(frozen=True)
@@ -100,12 +105,12 @@ def read_node_pressure(paths: HostPaths) -> Result[NodePressure]:
     errors: list[str] = []
     counters: NodePressure | None = None
     try:
-        counters = parse_vmstat(read_text(paths.proc("vmstat")))
+        counters = parse_vmstat(_read(str(paths.proc("vmstat"))))
     except (OSError, ValueError) as exc:
         errors.append(f"vmstat: {exc}")
     stalls: dict[str, Stall] = {}
     try:
-        stalls = parse_psi(read_text(paths.proc("pressure", "memory")))
+        stalls = parse_psi(_read(str(paths.proc("pressure", "memory"))))
     except OSError as exc:
         if exc.errno not in _NO_PSI:
             errors.append(f"pressure/memory: {exc}")
