@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from exporter.collectors import cgroup
 from exporter.collectors.cgroup import CgroupData, NodeMemory
+from exporter.factory import Exporter
 from exporter.join import join
 from exporter.model import CgroupMemory, CgroupRef, Workload
 from exporter.oom import tally
 from exporter.oom.tally import KillTally
-from exporter.source import Results
+from exporter.source import Result, Results
+from tests.conftest import exposition, fixture_pipeline, host_config, parse_exposition
 
 POD = "kubepods/burstable/pod1234"
 CONTAINER = f"{POD}/abcdef"
@@ -52,3 +54,19 @@ def test_the_per_process_counts_are_the_snapshots() -> None:
     snap = join(REFS, None, results(KillTally({(w, "EngineCore"): 1})), {}, [])
     assert snap.oom_kills == {(w, "EngineCore"): 1}
     assert join(REFS, None, results(None), {}, []).oom_kills == {}
+
+
+async def test_the_pipeline_joins_the_watchers_tally(make_pipeline: list[Exporter]) -> None:
+    """Through the real pipeline on the v1 tree: the tally is read before the join, the
+    pod level shows its containers' kills, the per-process counter the watcher's."""
+    uid = "9b2f4a60-3f4e-4f8e-8d2b-0a1c2d3e4f50"
+    p = fixture_pipeline(host_config("v1-cgroupfs-containerd"))
+    make_pipeline.append(p)
+    pod = Workload("", uid, "")
+    counted = KillTally({(pod, "EngineCore"): 2}, {f"kubepods/pod{uid}": 2})
+    p.postmortem.collect = lambda: Result(counted)  # type: ignore[method-assign]
+    values = parse_exposition(await exposition(p))
+    labels = f'namespace="",pod="{uid}",container=""'
+    assert values[f'headroom_memory_events_total{{{labels},event="oom_kill"}}'] == 2
+    assert values[f'headroom_oom_kills_total{{{labels},process="EngineCore"}}'] == 2
+    assert 'headroom_collector_success{collector="oom"}' not in values  # not a collector
