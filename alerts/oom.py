@@ -25,9 +25,10 @@ def pod_oom_killed(config: Config) -> Rule:
             raw=raw, hold=hold, w=w, back=duration(config.oom_lookback_s),
         )
 
-    # The watcher counts per process; the kernel per cgroup: on cgroup v1 only the
-    # container's counter moves (v1 never counts a child's kill in the pod cgroup), on v2
-    # the pod's counts every container's too: max over the pod's cgroups, not their sum.
+    # The watcher counts per process, each kill once (exporter/oom/watcher.py says what
+    # one kill is); the kernel's oom_kill event per cgroup, the pod-level cgroup's counting
+    # every container's too (v2 by itself, v1 as the exporter sums it from the watcher):
+    # max over the pod's cgroups, not their sum.
     condition = expr(
         """
         sum by ${pod_p} (${watcher}) > 0

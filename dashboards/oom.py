@@ -13,13 +13,14 @@ def oom_kills(increase_range: str, *scope: str, by_labels: Sequence[str] = ("nam
               ) -> str:
     """OOM kills per pod from every source, on cgroup v1 and v2, as a whole number.
 
-    v2: the pod cgroup's ``oom_kill`` is hierarchical (it counts its containers, even a
-    container whose cgroup is gone after a restart). v1: only the victim's own cgroup
-    counts it (memory.oom_control), the pod level stays 0: the containers' counters are
-    summed. headroom's watcher counter is the third source (its series is born at the
-    first kill of a process name, so increase() counts the kills after that one). The
-    largest of the three is the count; increase() extrapolates to the range edges, hence
-    round()."""
+    The pod cgroup's ``oom_kill`` counts its containers' kills, even a container's whose
+    cgroup is gone after a restart (v2: the kernel's hierarchical count; v1: the exporter
+    sums them, the kernel counting a kill only in the victim's own cgroup); the
+    containers' own counters, summed, are the second source. The kernel's counters count
+    each process a memory.oom.group kill signals; headroom's watcher counter, the third
+    source, counts each kill once as ``exporter/oom/watcher.py`` defines it (a 0 for each
+    process name running in the pod, so increase() sees a first kill). The largest of the
+    three is the count; increase() extrapolates to the range edges, hence round()."""
     grouping = by(*by_labels)
     events = c.MEMORY_EVENTS_TOTAL
     kill = eq("event", c.EVENT_OOM_KILL)

@@ -124,6 +124,30 @@ NODE_MEMORY_AVAILABLE_BYTES = MetricSpec(
     "headroom_node_memory_available_bytes", "gauge", (),
     "Memory the node could still give without swapping (MemAvailable of /proc/meminfo).",
 )
+NODE_MEMORY_PRESSURE_SECONDS_TOTAL = MetricSpec(
+    "headroom_node_memory_pressure_seconds_total", "counter", ("level",),
+    "Time tasks of the node stalled waiting for memory (PSI total of /proc/pressure/memory): "
+    "some (at least one task) or full (all non-idle tasks at once).",
+)
+NODE_MEMORY_PRESSURE_RATIO = MetricSpec(
+    "headroom_node_memory_pressure_ratio", "gauge", ("level", "window"),
+    "Share of wall time the node's tasks stalled waiting for memory over the kernel's "
+    "window (PSI avg10, avg60 of /proc/pressure/memory, 0-1).",
+)
+NODE_MEMORY_PAGES_SCANNED_TOTAL = MetricSpec(
+    "headroom_node_memory_pages_scanned_total", "counter", ("reclaimer",),
+    "Pages the node's reclaim scanned since boot, by who reclaimed (pgscan_* of /proc/vmstat).",
+)
+NODE_MEMORY_PAGES_RECLAIMED_TOTAL = MetricSpec(
+    "headroom_node_memory_pages_reclaimed_total", "counter", ("reclaimer",),
+    "Pages the node's reclaim freed since boot, by who reclaimed (pgsteal_* of /proc/vmstat).",
+)
+NODE_OOM_KILLS_TOTAL = MetricSpec(
+    "headroom_node_oom_kills_total", "counter", (),
+    "Processes the kernel's OOM killer killed on the node since boot, in any cgroup "
+    "(oom_kill of /proc/vmstat: each process signalled counts; headroom_oom_kills_total "
+    "counts kills per pod).",
+)
 
 # --- processes ---------------------------------------------------------------------
 PROCESS_MEMORY_BYTES = MetricSpec(
@@ -266,6 +290,10 @@ MEMORY_EVENTS: tuple[str, ...] = ("low", "high", EVENT_MAX, "oom", EVENT_OOM_KIL
                                   "oom_group_kill")
 # headroom_memory_pressure_seconds_total{level} (PSI)
 PRESSURE_LEVELS: tuple[str, ...] = ("some", "full")
+# headroom_node_memory_pressure_ratio{window}: PSI's averaging windows kept
+PRESSURE_WINDOWS: tuple[str, ...] = ("10s", "60s")
+# headroom_node_memory_pages_*_total{reclaimer}: who reclaimed (vmstat's pgscan_<reclaimer>)
+RECLAIMERS: tuple[str, ...] = ("kswapd", "direct", "khugepaged", "proactive")
 # headroom_vllm_*{medium}: where KV-cache blocks live
 MEDIUM_GPU = "gpu"
 MEDIUM_CPU = "cpu"

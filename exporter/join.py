@@ -1,31 +1,37 @@
 """Pure: the sources' results -> one Snapshot keyed by workload (and process).
 
-Cgroup-keyed data (memory, processes, tmpfs, vLLM) is labelled through the cgroup's
-workload; NVML's pid-keyed data through procfs's process table (pid -> cgroup -> workload).
+This is the one road from a source to the exposition: every source's typed data has a
+field here (or in ``WorkloadSnapshot``), and ``render.py`` turns each field into its
+families. Cgroup-keyed data (memory, processes, tmpfs, vLLM) is labelled through the
+cgroup's workload; NVML's pid-keyed data through procfs's process table (pid -> cgroup ->
+workload); node-wide data (node memory and pressure) needs no label. The OOM watcher's
+counts arrive as a source's result too (``exporter/oom/tally.py``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from exporter.collectors import cgroup, nvml, procfs, tmpfs, tmpfs_orphans
+from exporter.catalog import EVENT_OOM_KILL
+from exporter.collectors import cgroup, node_pressure, nvml, procfs, tmpfs, tmpfs_orphans
 from exporter.collectors.cgroup import NodeMemory
+from exporter.collectors.node_pressure import NodePressure
 from exporter.collectors.nvml import GpuDevice
 from exporter.collectors.vllm import source as vllm
 from exporter.collectors.vllm.metrics import VllmStats
-from exporter.encode import Family
 from exporter.model import (
     CgroupMemory,
     CgroupRef,
     CollectorResult,
-    Labels,
     PodDirectory,
     ProcessGroup,
     TmpfsMount,
     Workload,
 )
+from exporter.oom import tally
+from exporter.oom.tally import KillTally
 from exporter.source import Results
 from exporter.workloads import workload_of
 
@@ -69,10 +75,10 @@ class Snapshot:
     workloads: tuple[WorkloadSnapshot, ...]
     collectors: tuple[CollectorResult, ...]
     node_memory: NodeMemory | None = None
+    node_pressure: NodePressure | None = None
     gpu: GpuUse | None = None
     vllm: tuple[VllmView, ...] = ()
     oom_kills: Mapping[tuple[Workload, str], int] = field(default_factory=dict)
-    families: tuple[Family, ...] = ()  # rendered by sources outside the core (source.py)
     degraded: tuple[tuple[str, str], ...] = ()  # (collector, reason): exporter/degraded.py
 
     def pod_of(self) -> dict[str, Workload]:
@@ -95,13 +101,15 @@ def join(
 ) -> Snapshot:
     workloads = join_workloads(refs, pods, results, peaks)
     by_path = {ws.ref.path: ws.workload for ws in workloads}
-    cg = results.get(cgroup.KEY)
+    cg, kills = results.get(cgroup.KEY), results.get(tally.KEY)
     return Snapshot(
         workloads=workloads,
         collectors=tuple(sorted(collectors, key=lambda c: c.name)),
         node_memory=cg.node if cg is not None else None,
+        node_pressure=results.get(node_pressure.KEY),
         gpu=join_gpu(results.get(nvml.KEY), results.get(procfs.KEY), by_path),
         vllm=join_vllm(results.get(vllm.KEY), by_path),
+        oom_kills=kills.by_process if kills is not None else {},
     )
 
 
@@ -111,7 +119,7 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
     container whose old cgroup lingers) would make duplicate series: the first by path
     wins, and only cgroups with memory data compete."""
     cg, pf, tf = results.get(cgroup.KEY), results.get(procfs.KEY), results.get(tmpfs.KEY)
-    orphans = results.get(tmpfs_orphans.KEY)
+    orphans, kills = results.get(tmpfs_orphans.KEY), results.get(tally.KEY)
     memory = cg.memory if cg is not None else {}
     processes = pf.groups if pf is not None else {}
     mounts = tf.mounts if tf is not None else {}
@@ -119,6 +127,8 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
     for ref in sorted(refs, key=lambda r: r.path):
         w = workload_of(ref, pods)
         mem = memory.get(ref.path)
+        if mem is not None and ref.is_pod_level and kills is not None:
+            mem = with_pod_kills(mem, kills, ref.path)
         if w in out and (out[w].memory is not None or mem is None):
             log.debug("cgroup %s has the same labels as %s; skipped", ref.path, out[w].ref.path)
             continue
@@ -134,6 +144,19 @@ def join_workloads(refs: Sequence[CgroupRef], pods: PodDirectory | None, results
     return tuple(out[w] for w in sorted(out))
 
 
+def with_pod_kills(memory: CgroupMemory, kills: KillTally, path: str) -> CgroupMemory:
+    """A v1 pod-level cgroup's ``oom_kill`` event: its containers' kills, as the OOM
+    watcher keeps them (the kernel counts a kill only in the victim's own cgroup there,
+    and a container's kills stay counted after its cgroup is removed). On v2 the kernel's
+    own pod-level count is hierarchical and the watcher keeps none: unchanged."""
+    extra = kills.pod_level.get(path)
+    if extra is None:
+        return memory
+    events = {**memory.events}
+    events[EVENT_OOM_KILL] = events.get(EVENT_OOM_KILL, 0) + extra
+    return replace(memory, events=events)
+
+
 def owners(pf: procfs.ProcfsData | None,
            workloads: Mapping[str, Workload]) -> dict[int, tuple[Workload, str]]:
     """pid -> (workload, process name), for the tracked processes."""
@@ -144,11 +167,6 @@ def owners(pf: procfs.ProcfsData | None,
             for p in procs:
                 out[p.pid] = (w, p.name)
     return out
-
-
-def labels_of(snapshot: Snapshot, results: Results) -> Labels:
-    workloads = {ws.ref.path: ws.workload for ws in snapshot.workloads}
-    return Labels(workloads, owners(results.get(procfs.KEY), workloads))
 
 
 def join_gpu(snap: nvml.NvmlSnapshot | None, pf: procfs.ProcfsData | None,

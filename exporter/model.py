@@ -148,15 +148,6 @@ class PodDirectory(Protocol):
 
 
 @dataclass(frozen=True)
-class Labels:
-    """The join's labelling, for a source that renders its own families: cgroup path ->
-    workload, and pid -> (workload, process name) from procfs's process table."""
-
-    workloads: Mapping[str, Workload]
-    processes: Mapping[int, tuple[Workload, str]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class CollectorResult:
     """Outcome of one collector on one scrape."""
 

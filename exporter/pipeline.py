@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from exporter.collectors import procfs
 from exporter.degraded import DEGRADED
 from exporter.discovery import Discovered, Discovery
-from exporter.join import Snapshot, join, labels_of
+from exporter.join import Snapshot, join
 from exporter.model import CollectorResult, PodDirectory
+from exporter.oom import tally
 from exporter.oom.postmortem import PostMortem
 from exporter.sampler import PeakSampler
 from exporter.source import Context, Registered, Result, Results, Source, in_thread
@@ -55,22 +56,6 @@ class Named:
 
 def _collector(source: Source[object], ctx: Context) -> Callable[[], Awaitable[Result[object]]]:
     return lambda: source.collect(ctx)
-
-
-def with_pod_kills(snapshot: Snapshot, pod_kills: Mapping[str, int]) -> Snapshot:
-    """v1: a pod-level cgroup's ``oom_kill`` event is its containers' kills (the kernel
-    counts a kill only in the victim's own cgroup, so the pod's own counter stays 0 and
-    the pod-level count would miss every kill); they stay counted after a container's
-    cgroup is removed. Kept by the OOM watcher (oom/watcher.py)."""
-    out = []
-    for ws in snapshot.workloads:
-        extra = pod_kills.get(ws.ref.path)
-        if extra is not None and ws.memory is not None and ws.ref.is_pod_level:
-            events = {**ws.memory.events}
-            events["oom_kill"] = events.get("oom_kill", 0) + extra
-            ws = replace(ws, memory=replace(ws.memory, events=events))
-        out.append(ws)
-    return replace(snapshot, workloads=tuple(out))
 
 
 class Pipeline:
@@ -118,19 +103,17 @@ class Pipeline:
         peaks = {}
         if self.sampler is not None:
             peaks = {r.path: p for r in refs if (p := self.sampler.peak(r.path)) is not None}
-        snapshot = join(refs, self.pods, results, peaks, outcomes)
-        labels = labels_of(snapshot, results)
-        snapshot = replace(snapshot, degraded=DEGRADED.current(), families=tuple(
-            f for s in self.sources for f in s.spec.families(results, labels)))
-        if self.postmortem is None:
-            return snapshot
-        if d is not None:
+        if self.postmortem is not None:
+            # The OOM watcher's kills, joined like any source's data; not a collector of
+            # its own (it reads nothing on the scrape and cannot fail).
+            results = results.with_data(tally.KEY.name, self.postmortem.collect().data)
+        snapshot = replace(join(refs, self.pods, results, peaks, outcomes),
+                           degraded=DEGRADED.current())
+        if self.postmortem is not None and d is not None:
             table = results.get(procfs.KEY)
             self.postmortem.observe(snapshot, table.processes if table is not None else {},
                                     [r.path for r in refs])
-            if d.hierarchy.version == 1:
-                snapshot = with_pod_kills(snapshot, self.postmortem.pod_kills())
-        return replace(snapshot, oom_kills=self.postmortem.counts())
+        return snapshot
 
     async def _discover(self) -> Result[Discovered]:
         return Result(await in_thread(self.discovery.discover))

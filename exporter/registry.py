@@ -2,13 +2,13 @@
 
 Each entry yields its ``--collector.<name>`` flag, its settings' flags with their
 ``HEADROOM_*`` twins, its place in the scrape, and its chart value and schema entry
-(``headroom generate`` writes those). A new source is one module with a ``SPEC`` and one
-line here.
+(``headroom generate`` writes those). A new source is one module with a ``SPEC``, one
+line here, and its field in the join and function in the render table (exporter/source.py).
 """
 
 from __future__ import annotations
 
-from exporter.collectors import cgroup, nvml, procfs, tmpfs, tmpfs_orphans
+from exporter.collectors import cgroup, node_pressure, nvml, procfs, tmpfs, tmpfs_orphans
 from exporter.collectors.kube import source as kubernetes
 from exporter.collectors.vllm import source as vllm
 from exporter.source import Registered
@@ -23,6 +23,7 @@ SOURCES: tuple[Registered, ...] = (
     nvml.SPEC,
     vllm.SPEC,
     kubernetes.SPEC,
+    node_pressure.SPEC,
 )
 
 NAMES: tuple[str, ...] = tuple(s.name for s in SOURCES)

@@ -1,4 +1,6 @@
-"""Snapshot -> metric families, one small function per family group. Label names come from
+"""Snapshot -> metric families, one small function per family group, in one table
+(``RENDERERS``, the exposition order). Each function renders one field of the join's
+``Snapshot``: the only road from a source's data to the exposition. Label names come from
 the catalogue's specs; label values from its enums."""
 
 from __future__ import annotations
@@ -129,6 +131,30 @@ def node_families(snapshot: Snapshot) -> list[Family]:
     return [total, available]
 
 
+def node_pressure_families(snapshot: Snapshot) -> list[Family]:
+    p = snapshot.node_pressure
+    if p is None:
+        return []
+    stall, share = (Family(c.NODE_MEMORY_PRESSURE_SECONDS_TOTAL),
+                    Family(c.NODE_MEMORY_PRESSURE_RATIO))
+    scanned, reclaimed = (Family(c.NODE_MEMORY_PAGES_SCANNED_TOTAL),
+                          Family(c.NODE_MEMORY_PAGES_RECLAIMED_TOTAL))
+    for level, s in p.stalls.items():
+        stall.add((level,), s.total_seconds)
+        for window, ratio in s.averages.items():
+            share.add((level, window), ratio)
+    for reclaimer, pages in p.scanned.items():
+        scanned.add((reclaimer,), pages)
+    for reclaimer, pages in p.reclaimed.items():
+        reclaimed.add((reclaimer,), pages)
+    out = [stall, share, scanned, reclaimed]
+    if p.oom_kills is not None:
+        kills = Family(c.NODE_OOM_KILLS_TOTAL)
+        kills.add((), p.oom_kills)
+        out.append(kills)
+    return out
+
+
 def gpu_families(snapshot: Snapshot) -> list[Family]:
     gpu: GpuUse | None = snapshot.gpu
     total, used = Family(c.GPU_MEMORY_TOTAL_BYTES), Family(c.GPU_MEMORY_USED_BYTES)
@@ -187,11 +213,6 @@ def _kv_events(prefix: Family, synced: Family, lost: Family, w: str, v: VllmView
         lost.add_to(w, n, engines.get(engine) or first, engine, reason)
 
 
-def source_families(snapshot: Snapshot) -> list[Family]:
-    """Families of sources that render their own (``SourceSpec.render``)."""
-    return list(snapshot.families)
-
-
 def health_families(snapshot: Snapshot) -> list[Family]:
     success, duration = Family(c.COLLECTOR_SUCCESS), Family(c.COLLECTOR_DURATION_SECONDS)
     for r in snapshot.collectors:
@@ -208,7 +229,7 @@ def health_families(snapshot: Snapshot) -> list[Family]:
 # Exposition order (the golden files pin it).
 RENDERERS: tuple[Renderer, ...] = (
     memory_families, tmpfs_families, process_families, oom_families, node_families,
-    gpu_families, vllm_families, source_families, health_families,
+    node_pressure_families, gpu_families, vllm_families, health_families,
 )
 
 

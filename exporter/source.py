@@ -10,17 +10,22 @@ Sources run one after another in registry order (``exporter/registry.py``); a la
 reads an earlier one's data through ``Context.get(KEY)`` (tmpfs and vLLM use procfs's
 process table). Results are typed by a ``Key[D]`` declared next to the data type, so the
 pipeline, the join and the renderer never see ``object``.
+
+A source's data reaches the exposition by one road: the join (``exporter/join.py``) gives
+it a typed field of the scrape's ``Snapshot`` (labelled by workload where it is keyed by
+cgroup or pid), and ``exporter/render.py`` renders that field with the catalogue's specs.
+A new source is its module (settings, reader, ``SPEC``), one line in the registry, its
+catalogue entries, its field in the join and its function in the render table.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from exporter.encode import Family
-from exporter.model import CgroupRef, Labels, PodDirectory
+from exporter.model import CgroupRef, PodDirectory
 from exporter.paths import HostPaths, MemoryHierarchy
 from exporter.settings import Settings
 
@@ -131,9 +136,6 @@ class SourceSpec(Generic[S, D]):
     default_enabled: bool = True
     chart: bool = True  # an exporter.collectors.<name> chart value (kubernetes: no)
     needs_cgroups: bool = True  # False: also runs when discovery failed (GPU, API health)
-    # A source whose data has no field in join.Snapshot renders its own family group from
-    # the join's labels (render.py renders the core sources' data).
-    render: Callable[[D, Labels], Iterable[Family]] | None = None
 
     @property
     def name(self) -> str:
@@ -143,12 +145,6 @@ class SourceSpec(Generic[S, D]):
         if not isinstance(settings, self.settings):
             raise TypeError(f"{self.name}: settings of type {type(settings).__name__}")
         return self.build(settings, paths)
-
-    def families(self, results: Results, labels: Labels) -> list[Family]:
-        data = results.get(self.key)
-        if data is None or self.render is None:
-            return []
-        return list(self.render(data, labels))
 
 
 class Registered(Protocol):
@@ -168,8 +164,6 @@ class Registered(Protocol):
     def needs_cgroups(self) -> bool: ...
 
     def make(self, settings: Settings, paths: HostPaths) -> Source[object] | None: ...
-
-    def families(self, results: Results, labels: Labels) -> list[Family]: ...
 
 
 @dataclass(frozen=True)

@@ -442,7 +442,7 @@ def expected_args(values: dict[str, Any]) -> list[str]:
             "--path.procfs=/host/proc", "--path.cgroupfs=/host/sys/fs/cgroup"]
     if values["kmsg"]["enabled"]:
         args.append("--path.kmsg=/host/dev/kmsg")
-    for name in ("cgroup", "procfs", "tmpfs", "tmpfs_orphans", "nvml", "vllm"):
+    for name in ("cgroup", "procfs", "tmpfs", "tmpfs_orphans", "nvml", "vllm", "node_pressure"):
         args.append(("--collector." if e["collectors"][name] else "--no-collector.") + name)
     if values["kubernetes"]["enabled"]:
         args += ["--collector.kubernetes", "--kubernetes.node-name=$(NODE_NAME)"]

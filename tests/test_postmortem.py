@@ -135,9 +135,9 @@ def test_v1_a_kill_logged_after_the_cgroup_went_is_counted_once_and_kept_on_the_
     w, clock = watcher()
     w.track({C1: (POD, False)})
     w.check({C1: KillCounters(2)})  # two kills before the start: history, in the pod count
-    assert w.pod_kills() == {POD: 2}
+    assert w.tally().pod_level == {POD: 2}
     w.check({C1: KillCounters(3)}, [victim(C1, 41)])
-    assert w.pod_kills() == {POD: 3} and sum(w.counts.values()) == 1
+    assert w.tally().pod_level == {POD: 3} and sum(w.counts.values()) == 1
     # A young container killed and removed before its counter was ever read:
     w.track({C2: (POD, True)}, labels={C2: CgroupLabels(Workload("ns", "vllm-0", "c2"),
                                                         POD_W)})
@@ -147,11 +147,11 @@ def test_v1_a_kill_logged_after_the_cgroup_went_is_counted_once_and_kept_on_the_
     kills = w.check({})
     assert [(k.pid, k.victim_source, k.workload.container) for k in kills] == [
         (90, "kmsg", "c2")]
-    assert w.pod_kills() == {POD: 4} and sum(w.counts.values()) == 2
+    assert w.tally().pod_level == {POD: 4} and sum(w.counts.values()) == 2
     # The same kill seen late by a counter (a read that raced the removal) is not another.
     clock.now += 1
     assert w.check({C2: KillCounters(1)}) == []
-    assert w.pod_kills() == {POD: 4} and sum(w.counts.values()) == 2
+    assert w.tally().pod_level == {POD: 4} and sum(w.counts.values()) == 2
 
 
 def test_without_the_kernel_log_the_largest_gone_process_is_a_guess() -> None:

@@ -1,17 +1,17 @@
-"""The source contract through the real pipeline: a source outside the core (as a new
-one would be) is built from its spec, reads an earlier source's data, renders its own
-family with the join's labels, and reports partial results and failures in its Result."""
+"""The source contract through the real pipeline: a source outside the core is built from
+its spec, reads an earlier source's data through its ``Context``, and reports partial
+results and failures in its ``Result``; its data reaches the exposition by one road only,
+its field in the join (a source without one renders nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from exporter.catalog import MetricSpec
+from exporter import render as render_module
 from exporter.collectors import procfs
 from exporter.discovery import Discovery
-from exporter.encode import Family, encode
-from exporter.model import Labels
+from exporter.encode import encode
+from exporter.join import Snapshot
 from exporter.paths import HostPaths
 from exporter.pipeline import Named, Pipeline
 from exporter.render import render
@@ -19,8 +19,6 @@ from exporter.source import Context, Key, NoSettings, Result, SourceBase, Source
 from tests.conftest import HOSTS, parse_exposition
 
 ROOT = HOSTS / "v1-cgroupfs-containerd"
-PIDS = MetricSpec("headroom_test_pids", "gauge", ("namespace", "pod", "container"),
-                  "Processes seen, per cgroup.")
 
 
 @dataclass(frozen=True)
@@ -36,6 +34,7 @@ class PidCountSource(SourceBase):
 
     def __init__(self, partial: bool = False, crash: bool = False) -> None:
         self.partial, self.crash = partial, crash
+        self.seen: PidCount | None = None
 
     async def collect(self, ctx: Context) -> Result[PidCount]:
         if self.crash:
@@ -43,23 +42,13 @@ class PidCountSource(SourceBase):
         table = ctx.get(procfs.KEY)
         assert table is not None, "procfs runs first (registry order)"
         counts = {p: len(ps) for p, ps in sorted(table.processes.items())}
-        if not self.partial:
-            return Result(PidCount(counts))
-        bad = min(counts)
-        del counts[bad]
-        return Result(PidCount(counts), (f"{bad}: unreadable",))
+        if self.partial:
+            del counts[min(counts)]
+        self.seen = PidCount(counts)
+        return Result(self.seen, (f"{min(table.processes)}: unreadable",) if self.partial else ())
 
 
-def render_pids(data: PidCount, labels: Labels) -> Iterable[Family]:
-    fam = Family(PIDS)
-    for path, n in sorted(data.per_cgroup.items()):
-        w = labels.workloads.get(path)
-        if w is not None:
-            fam.add(w.labels(), n)
-    return [fam]
-
-
-SPEC = SourceSpec(KEY, "test", NoSettings, lambda _s, _p: PidCountSource(), render=render_pids)
+SPEC = SourceSpec(KEY, "test", NoSettings, lambda _s, _p: PidCountSource())
 
 
 async def scrape(source: PidCountSource) -> dict[str, float]:
@@ -74,31 +63,29 @@ async def scrape(source: PidCountSource) -> dict[str, float]:
     return parse_exposition(body.decode())
 
 
-def series(values: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in values.items() if k.startswith("headroom_test_pids")}
-
-
-async def test_a_source_renders_its_own_family_with_workload_labels() -> None:
-    values = await scrape(PidCountSource())
+async def test_a_source_reads_an_earlier_sources_data_and_succeeds() -> None:
+    source = PidCountSource()
+    values = await scrape(source)
     assert values['headroom_collector_success{collector="pidcount"}'] == 1
-    got = series(values)
-    assert got and all('namespace="",pod="' in k for k in got)  # the join's labels
-    # the same labels as the core families of that cgroup
-    core = {k.split("{", 1)[1] for k in values if k.startswith("headroom_processes{")}
-    assert {k.split("{", 1)[1].rstrip("}") for k in got} <= {
-        c.split(',process=')[0] for c in core}
+    assert source.seen is not None and source.seen.per_cgroup
 
 
-async def test_a_partial_result_is_rendered_and_reported_failed() -> None:
-    full = series(await scrape(PidCountSource()))
+async def test_a_partial_result_is_reported_failed() -> None:
     values = await scrape(PidCountSource(partial=True))
     assert values['headroom_collector_success{collector="pidcount"}'] == 0
-    part = series(values)
-    assert len(part) == len(full) - 1 and part.items() <= full.items()
+    assert values['headroom_collector_success{collector="procfs"}'] == 1
 
 
 async def test_a_failing_source_fails_alone() -> None:
     values = await scrape(PidCountSource(crash=True))
     assert values['headroom_collector_success{collector="pidcount"}'] == 0
     assert values['headroom_collector_success{collector="procfs"}'] == 1
-    assert series(values) == {}
+    assert any(k.startswith("headroom_processes{") for k in values)
+
+
+async def test_a_source_without_a_field_in_the_join_renders_nothing() -> None:
+    """One road: no hook renders a source's data beside the join."""
+    values = await scrape(PidCountSource())
+    assert not any("pidcount" in k for k in values if not k.startswith("headroom_collector_"))
+    assert not hasattr(SPEC, "render") and "families" not in {f.name for f in fields(Snapshot)}
+    assert not hasattr(render_module, "source_families")

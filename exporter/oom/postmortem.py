@@ -1,5 +1,6 @@
 """Wires the OOM watcher, the flight recorder, the kernel log and the document store to
-the sampler thread (``on_sample``) and to each scrape (``observe``)."""
+the sampler thread (``on_sample``) and to each scrape (``collect``: the kills as a source's
+result, joined like the others; ``observe``: the scrape's labels and processes)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from exporter.join import Snapshot, VllmView
 from exporter.model import CgroupRef, PodDirectory, ProcessStatus, Workload
 from exporter.oom.documents import DocumentStore, kill_document
 from exporter.oom.recorder import EngineRecord, FlightRecorder, ScrapeRecord
+from exporter.oom.tally import KillTally
 from exporter.oom.watcher import CgroupLabels, OomKill, OomWatcher, ProcessEntry
 from exporter.sampler import Sample
+from exporter.source import Result
 from exporter.workloads import workload_of
 
 TOP_PROCESSES = 5  # process names kept per scrape record
@@ -86,12 +89,11 @@ class PostMortem:
         self.watcher.forget(live)
         self.recorder.record_scrape(scrape_records(snapshot), live)
 
-    def counts(self) -> dict[tuple[Workload, str], int]:
-        return dict(self.watcher.counts)
-
-    def pod_kills(self) -> dict[str, int]:
-        """v1 pod-level cgroup -> kills in its containers (the kernel counts none there)."""
-        return self.watcher.pod_kills()
+    # On the event loop, before every join.
+    def collect(self) -> Result[KillTally]:
+        """The kills counted so far, as a source's result (held in memory: it cannot
+        fail, and it is not a collector of its own)."""
+        return Result(self.watcher.tally())
 
     def _publish(self, k: OomKill) -> None:
         pod_path = self.watcher.pod_cgroup(k.pod_workload, besides=k.cgroup)

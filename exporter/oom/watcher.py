@@ -50,6 +50,7 @@ from pathlib import Path
 from exporter.collectors.cgroup import KillCounters
 from exporter.collectors.kmsg import KernelVictim
 from exporter.model import Workload
+from exporter.oom.tally import KillTally
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +171,11 @@ class OomWatcher:
                 for d in (self.labels, self._processes, self._previous):
                     d.pop(path, None)
 
-    def pod_kills(self) -> dict[str, int]:
-        """v1: pod-level cgroup -> kills in its containers (see the module docstring)."""
+    def tally(self) -> KillTally:
+        """The counts handed to each scrape: per process, and per v1 pod-level cgroup
+        (see the module docstring), read together under the lock."""
         with self._lock:
-            return dict(self._pod_kills)
+            return KillTally(dict(self.counts), dict(self._pod_kills))
 
     # --- the sampler thread --------------------------------------------------------------
 
