@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replay seeded draws of every scenario class (alerts/tests/generator.py) through the
+"""Replay seeded draws of every scenario class (alerts/scenarios/generator.py) through the
 shipped rules with promtool and print a pass count per class.
 
     python3 scripts/replay_draws.py                    # 30 draws of every class
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alerts.generate import rules_yaml
-from alerts.tests import evaluate, generator
+from alerts.scenarios import evaluate, generator
 
 
 def one(cls: str, seed: int, variant: int, workdir: str, promtool: str
