@@ -7,7 +7,7 @@ has, the exporter is restarted: the page must neither resolve nor be sent again.
 kill the flight-recorder document must exist and name the victim. Then every dashboard
 query runs against that Prometheus and must return data, except the panels listed (with
 their reason) in ``dashboards.MAY_BE_EMPTY``. The raw series of the run are saved when
-``HEADROOM_RECORD_E2E`` names a file (the replay fixture of ``alerts/tests``).
+``HEADROOM_RECORD_E2E`` names a file (the replay fixture in ``alerts/scenarios/fixtures``).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 
 def save_replay(path: Path, prom: str, start: float, killed: float, pod: str) -> None:
-    """The run's raw exporter series, 1 s apart, for ``alerts/tests`` to replay through
+    """The run's raw exporter series, 1 s apart, for ``alerts/scenarios`` to replay through
     the rules (only what the rules read: headroom's series and ``up``)."""
     body = query_range(prom, '{job="headroom", __name__=~"headroom_.*|up"}',
                        math.floor(start), math.floor(killed))
