@@ -10,8 +10,8 @@ copied into the chart.
 * HeadroomMemoryFillingUp (critical) mutes HeadroomMemoryNearLimit of the same pod: a
   pod that fills up is near its limit at the end, and that is the same problem.
 
-The scenario replay (``alerts.tests.evaluate``) applies these same rules when it counts
-notifications; ``alerts/tests/test_alertmanager.py`` checks them on a real Alertmanager.
+The scenario replay (``alerts.scenarios.evaluate``) applies these same rules when it counts
+notifications; ``tests/e2e/test_alertmanager.py`` checks them on a real Alertmanager.
 """
 
 from __future__ import annotations

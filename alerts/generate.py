@@ -63,7 +63,7 @@ def artifacts(config: Config | None = None) -> dict[str, str]:
     config = config or CONFIG
     out = {RULES_PATH: rules_yaml(config)}
     if config == CONFIG:
-        from .tests import promtool_tests  # the tests encode the shipped thresholds
+        from . import promtool_tests  # the promtool tests encode the shipped thresholds
 
         out.update(promtool_tests.artifacts())
     return out

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
 
-from tests.kernel import KubeTree, kube_tree
+from tests.helpers.kernel import KubeTree, kube_tree
 
 CHART_MEMORY_LIMIT = 160 << 20
 ZOMBIE_LEADER = """

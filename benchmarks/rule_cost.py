@@ -40,7 +40,7 @@ from pathlib import Path
 from alerts.generate import rules_yaml
 from exporter import catalog as c
 from exporter import promql as q
-from tests.net import free_port, stop_all
+from tests.helpers.net import free_port, stop_all
 
 GiB = 1024**3
 MiB = 1024**2

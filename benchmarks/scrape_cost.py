@@ -6,7 +6,7 @@
                                           # the node of the side-by-side figure: 34 pods
 
 (from the repository root: it builds the node with the kernel tier's cgroup helpers,
-``tests/kernel.py``).
+``tests/helpers/kernel.py``).
 
 Builds a real node shape on this kernel: memory cgroups beneath this process's own cgroup,
 shaped like a kubelet's cgroupfs tree (pods with 3 containers each, plus pod-level
@@ -48,7 +48,7 @@ import urllib.request
 from pathlib import Path
 
 from exporter.oom.members import RSS_REFRESH
-from tests.kernel import kube_tree
+from tests.helpers.kernel import kube_tree
 
 TICK = os.sysconf("SC_CLK_TCK")
 SETTLE = RSS_REFRESH + 1  # seconds after the warm-up before the idle figure

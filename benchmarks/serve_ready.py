@@ -1,5 +1,5 @@
 """How long ``headroom serve`` takes from exec to its first /healthz answer (a benchmark,
-not a test: tests/test_cli.py only waits for it, with a generous deadline).
+not a test: tests/unit/test_cli.py only waits for it, with a generous deadline).
 
     python3 -m benchmarks.serve_ready [--runs 10]
 
@@ -19,7 +19,7 @@ import time
 import urllib.request
 
 from tests.conftest import HOSTS
-from tests.net import free_port, stop_all
+from tests.helpers.net import free_port, stop_all
 
 FIXTURE = HOSTS / "v1-cgroupfs-containerd"
 

@@ -33,7 +33,7 @@ from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.cgroup import read_kill_counters
 from exporter.oom.members import LIST_EVERY, MemberTable
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles
-from tests.kernel import kube_tree
+from tests.helpers.kernel import kube_tree
 
 TICK = 0.2
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from exporter.docdir import DocumentDir
 from exporter.server import Security, make_app
 from tests.conftest import fixture_pipeline, host_config
-from tests.hostile import FIXTURE_ARGS, basic, bcrypt_hash, serve
+from tests.helpers.hostile import FIXTURE_ARGS, basic, bcrypt_hash, serve
 
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
 

@@ -65,7 +65,7 @@ def _chart(root: Path) -> Mapping[str, str]:
 CHART_FILES = "charts/headroom/files"
 TABLE: tuple[Part, ...] = (
     Part("alerts", _artifacts_of("alerts.generate"),
-         owns=("alerts/*.rules.yaml", "alerts/tests/*.test.yaml"),
+         owns=("alerts/*.rules.yaml", "alerts/promtool/*.test.yaml"),
          chart_copies=f"{CHART_FILES}/rules", copy_glob="*.rules.yaml"),
     Part("alertmanager", _artifacts_of("alerts.alertmanager"), owns=("alerts/alertmanager.yaml",),
          chart_copies=f"{CHART_FILES}/alertmanager", copy_glob="alertmanager.yaml"),

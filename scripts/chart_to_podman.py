@@ -240,7 +240,7 @@ def render_daemonset(values: Mapping[str, Any], kube_version: str = "1.31.0",
         cases.write_text(json.dumps([{"id": "podman", "release": "headroom",
                                       "namespace": "monitoring", "values": dict(values)}]))
         out = subprocess.run(
-            [str(helm_python), str(REPO / "tests" / "helm_harness.py"), "render",
+            [str(helm_python), str(REPO / "tests" / "helpers" / "helm_harness.py"), "render",
              "--chart", str(CHART), "--cases", str(cases), "--kube-version", kube_version],
             check=True, capture_output=True, text=True, timeout=300,
         ).stdout

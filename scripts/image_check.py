@@ -49,8 +49,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 import chart_to_podman as c2p  # noqa: E402
 
 from exporter.paths import MemoryHierarchy  # noqa: E402
-from tests.kernel import Grower, KernelUnavailable, own_memory_cgroup  # noqa: E402
-from tests.net import free_port  # noqa: E402
+from tests.helpers.kernel import Grower, KernelUnavailable, own_memory_cgroup  # noqa: E402
+from tests.helpers.net import free_port  # noqa: E402
 
 MIB = 1 << 20
 # One process in its own mount namespace with a private /dev/shm: anon memory, a shared

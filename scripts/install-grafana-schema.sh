@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Grafana's current dashboard model for the dashboards' type check
-# (tests/test_dashboards_schema.py, scripts/dashboard_types.py): @grafana/schema and
+# (tests/unit/test_dashboards_schema.py, scripts/dashboard_types.py): @grafana/schema and
 # TypeScript from npm, under .cache/grafana-schema (idempotent; versions pinned there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what tests/test_chart.py needs to run real Helm against charts/headroom:
+# Install what tests/e2e/test_chart.py needs to run real Helm against charts/headroom:
 #   .helm-venv/  (repo root) a Python >= 3.12 venv with
 #     helm-sdkpy          - the real Helm Go library (lint + install/render)
 #     kubernetes-validate - offline Kubernetes OpenAPI schemas (1.25 .. 1.37)

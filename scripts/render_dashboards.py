@@ -9,7 +9,7 @@ picture says so in its header.
     sudo python3 scripts/render_dashboards.py            # run the e2e, then draw
     python3 scripts/render_dashboards.py --run docs/dashboards/run.json  # the pictured run
 
-The run comes from ``tests/test_dashboards_e2e.py`` (``HEADROOM_DASHBOARD_RUN=run.json``):
+The run comes from ``tests/e2e/test_dashboards_e2e.py`` (``HEADROOM_DASHBOARD_RUN=run.json``):
 a pod with two vLLM-titled processes, one leaking anon memory, one appending to an
 unmapped /dev/shm file, under a real cgroup v1 limit, until the kernel OOM-kills it. The
 tiles (instant panels) are read where the dotted line is, shortly before the kill.
@@ -381,7 +381,7 @@ def record_run(path: Path) -> None:
     """Run the e2e that records the run (needs root, a v1 memory cgroup, prometheus)."""
     env = {**os.environ, "HEADROOM_DASHBOARD_RUN": str(path), "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                    "tests/test_dashboards_e2e.py"], cwd=ROOT, env=env, check=True)
+                    "tests/e2e/test_dashboards_e2e.py"], cwd=ROOT, env=env, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:

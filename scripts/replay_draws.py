@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replay seeded draws of every scenario class (alerts/tests/generator.py) through the
+"""Replay seeded draws of every scenario class (alerts/scenarios/generator.py) through the
 shipped rules with promtool and print a pass count per class.
 
     python3 scripts/replay_draws.py                    # 30 draws of every class
@@ -7,7 +7,7 @@ shipped rules with promtool and print a pass count per class.
     python3 scripts/replay_draws.py --batch 1          # one promtool run per draw
 
 Draws that share a scrape interval, an evaluation interval and a variant are replayed
-together, up to ``--batch`` in one promtool run (alerts/tests/batch.py: each draw's pods
+together, up to ``--batch`` in one promtool run (alerts/scenarios/batch.py: each draw's pods
 and instances apart; about four times cheaper per draw); ``--batch 1`` runs them alone.
 Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way between
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alerts.generate import rules_yaml
-from alerts.tests import batch, evaluate, generator
+from alerts.scenarios import batch, evaluate, generator
 
 Job = tuple[str, int, int]  # class, seed, variant
 Outcome = tuple[str, int, str, list[str], float]  # class, variant, label, problems, seconds

@@ -50,7 +50,8 @@ fi
 
 echo "== lint, dead code, types, generated files"
 ruff check .
-# Dead code: anything no module, test or benchmark uses (framework hooks are listed there).
+# Dead code: anything no module, test (tests/), scenario generator (alerts/scenarios/) or
+# benchmark uses (framework hooks are listed there).
 vulture exporter alerts dashboards tests benchmarks scripts/vulture_allow.py --min-confidence 60
 mypy
 headroom generate --check
@@ -64,6 +65,10 @@ echo "== real-kernel tier on cgroup v2 (Debian's kernel under QEMU, one boot): i
 HEADROOM_REQUIRE_V2_GUEST=1 python3 -m pytest -q -rA -m v2guest > .cache/tier-v2guest.log 2>&1 &
 v2guest_pid=$!
 
+# Tiers by marker, never by file name: tests/conftest.py marks each test with the tier of
+# its folder (tests/unit, golden, kernel, e2e, oncall) unless the test declares a need of
+# its own (kernel, prometheus, vllm, v2guest, replay, sandbox, ...), and refuses a test
+# file outside those folders.
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
 HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
     python3 -m pytest -q -m "not vllm and not v2guest and not replay and not sandbox"

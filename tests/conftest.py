@@ -27,21 +27,39 @@ HOSTS = FIXTURES / "hosts"
 GOLDEN = Path(__file__).parent / "golden"
 
 
-# The README's tiers as markers. kernel, prometheus and vllm are set by the modules that
-# need them; the rest by file, here, so `pytest -m "unit or golden"` runs anywhere.
-GOLDEN_MODULES = {"test_golden.py", "test_extensions.py"}
-CHART_MODULES = {"test_chart.py"}
+# The tier of a test is the folder it is in. A test that needs more than its folder's tier
+# promises (root, the Prometheus binaries, a vLLM, a guest kernel, hypothesis, a sandbox)
+# says so with its own marker and takes no tier marker, so `pytest -m "unit or golden"`
+# runs anywhere. Every test in oncall/ is also marked `oncall`.
+TESTS = Path(__file__).parent
+TIER_OF_FOLDER = {"unit": "unit", "golden": "golden", "kernel": "kernel", "e2e": "e2e",
+                  "oncall": "unit"}
 NEEDS_MORE = ("kernel", "prometheus", "vllm", "v2guest", "fuzz", "sandbox")
 
 
+def tier_folder(path: Path) -> str | None:
+    """The tier folder a test file is in (tests/<folder>/...), or None."""
+    try:
+        parts = path.relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIER_OF_FOLDER else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    outside = sorted({i.nodeid.split("::", 1)[0] for i in items if tier_folder(i.path) is None})
+    if outside:
+        raise pytest.UsageError(
+            f"test files in no tier folder: {', '.join(outside)}. Move each into "
+            f"tests/{{{','.join(TIER_OF_FOLDER)}}}/: the folder is its tier (shared code "
+            "goes in tests/helpers/)")
     for item in items:
-        if any(item.get_closest_marker(m) for m in NEEDS_MORE):
-            continue
-        name = item.path.name
-        tier = "golden" if name in GOLDEN_MODULES else "chart" if name in CHART_MODULES \
-            else "unit"
-        item.add_marker(tier)
+        folder = tier_folder(item.path)
+        assert folder is not None
+        if folder == "oncall":
+            item.add_marker("oncall")
+        if not any(item.get_closest_marker(m) for m in NEEDS_MORE):
+            item.add_marker(TIER_OF_FOLDER[folder])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

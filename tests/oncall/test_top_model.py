@@ -1,0 +1,329 @@
+"""``headroom top``'s pure model: an exposition -> pods, growth from successive reads,
+sorting, filtering, the keys and the lines drawn. (The real terminal is in
+``tests/oncall/test_oncall_real.py``: tmux against a real exporter.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.oncall import forecast as fc
+from exporter.oncall.top import (
+    COLUMNS,
+    Histories,
+    Read,
+    State,
+    apply,
+    cut_middle,
+    draw,
+    handle_key,
+    parse,
+    sort_rows,
+    width_of,
+)
+from exporter.promql import CONFIG
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "v1-cgroupfs-containerd-gpu-vllm.prom"
+MiB, GiB = 1 << 20, 1 << 30
+
+
+SCALE = 60.0  # windows /60: the short climb counts after 7 s of reads
+
+
+def windows() -> fc.Windows:
+    return fc.Windows.of(CONFIG.scaled(SCALE), 1.0)
+
+
+def test_parse_a_real_exposition() -> None:
+    """The golden exposition (fixture host tree, the exporter's real renderer)."""
+    pods = parse(GOLDEN.read_text(), "http://node-1:9847")
+    llama = pods[("llm-serving", "llama-70b-0")]
+    assert {g.container for g in llama.cgroups} >= {""}
+    assert next(g for g in llama.cgroups if g.container == "").limit == 40 * GiB
+    assert llama.shm == 2684354560
+    assert llama.kv_usage is not None and 0 <= llama.kv_usage <= 1
+    assert any(q.process.startswith(("Worker", "EngineCore", "APIServer"))
+               for q in llama.processes)
+    assert all(p.pod for p in pods.values())
+
+
+def exposition(ns: str, pod: str, cgroups: dict[str, tuple[float, float]],
+               procs: dict[tuple[str, str], float] | None = None, kills: float = 0,
+               orphaned: float | None = None) -> str:
+    lines = []
+    for cont, (limit, u) in cgroups.items():
+        w = f'namespace="{ns}",pod="{pod}",container="{cont}"'
+        lines += [f"headroom_memory_limit_bytes{{{w}}} {limit}",
+                  f"headroom_memory_unreclaimable_bytes{{{w}}} {u}",
+                  f'headroom_memory_bytes{{{w},kind="anon"}} {u}']
+    for (cont, name), v in (procs or {}).items():
+        w = f'namespace="{ns}",pod="{pod}",container="{cont}",process="{name}"'
+        lines.append(f'headroom_process_memory_bytes{{{w},kind="rss_anon"}} {v}')
+    pw = f'namespace="{ns}",pod="{pod}",container=""'
+    if kills:
+        lines += ["# TYPE headroom_oom_kills counter",
+                  f'headroom_oom_kills_total{{{pw},process="python3"}} {kills}']
+    if orphaned is not None:
+        lines.append(f'headroom_tmpfs_orphaned_bytes{{{pw},mount="/dev/shm"}} {orphaned}')
+    return "\n".join(lines) + "\n"
+
+
+def feed(st: State, reads: list[tuple[float, str]]) -> None:
+    for t, text in reads:
+        apply(st, Read(t, pods=parse(text, "http://node-1:9847")))
+
+
+def test_rows_are_on_the_binding_cgroup_and_forecast_by_the_rules_mirror() -> None:
+    """The container's 160 MiB limit binds before the pod's 480 MiB: the row is the
+    container's, and its time to limit comes from the sustained short slope."""
+    st = State("x", hist=Histories(windows()))
+    reads = []
+    for t in range(0, 20):
+        u = 40 * MiB + t * 2 * MiB
+        reads.append((float(t), exposition("llm", "vllm-0", {
+            "": (480 * MiB, u + 8 * MiB), "vllm": (160 * MiB, u)},
+            {("vllm", "EngineCore"): u - 10 * MiB, ("vllm", "APIServer"): 10 * MiB})))
+    feed(st, reads)
+    (row,) = st.rows
+    assert row.cgroup == "vllm" and row.horizon == "short"
+    assert row.rate == pytest.approx(2 * MiB)
+    assert row.ttl == pytest.approx((160 * MiB - 78 * MiB) / (2 * MiB), rel=0.01)
+    assert row.grower == "EngineCore anon"
+    # The same reads through the mirror directly: one definition.
+    f = fc.tightest(st.cgroups[("llm", "vllm-0")])
+    assert f is not None and f.container == "vllm" and f.time_to_limit == row.ttl
+
+
+def test_a_kill_shows_in_the_row_with_its_age_and_link() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("llm", "p", {"": (GiB, 10 * MiB)})),
+              (1.0, exposition("llm", "p", {"": (GiB, 10 * MiB)}, kills=1))])
+    (row,) = st.rows
+    assert row.kill is not None and row.kill.when == 1.0
+    assert row.kill.link == "http://node-1:9847/debug/oom/"
+    text = [t for t, _ in draw(st, 80, 24, now=61.0)]
+    assert any("1 min ago" in t or "60 s ago" in t for t in text), text
+    assert any("http://node-1:9847/debug/oom/" in t for t in text)
+    # The pod's cgroups are removed: it stays on screen as gone, with its kill.
+    feed(st, [(2.0, exposition("llm", "q", {"": (GiB, 10 * MiB)}))])
+    gone = [r for r in st.rows if r.pod == "p"]
+    assert gone and gone[0].gone and gone[0].kill is not None
+
+
+def test_orphaned_dev_shm_is_a_column() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("llm", "p", {"": (GiB, 10 * MiB)}, orphaned=48 * MiB))])
+    lines = [t for t, _ in draw(st, 160, 20)]
+    assert "ORPHANED" in lines[1] and "48.0 MiB" in lines[2]
+
+
+def test_nan_inf_and_huge_values_are_shown_as_such_and_sorted_last() -> None:
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("a", "nan", {"": (GiB, float("nan"))})
+               + exposition("a", "inf", {"": (float("inf"), 10 * MiB)})
+               + exposition("a", "huge", {"": (1e300, 1e300)})
+               + exposition("a", "ok", {"": (GiB, 900 * MiB)}))])
+    lines = [t for t, _ in draw(st, 200, 20)]
+    body = "\n".join(lines)
+    assert "nan" not in body.replace("a/nan", "") and "inf B" not in body
+    assert ">999 PiB" in body and "n/a" in body
+    assert all(len(t) < 200 for t in lines)
+    for key in ("t", "u"):
+        order = [r.pod for r in sort_rows(st.rows, key)]
+        assert order.index("ok") < order.index("nan"), (key, order)
+
+
+def test_widths_are_counted_in_terminal_columns() -> None:
+    assert width_of("推理服务") == 8 and width_of("e\u0301") == 1
+    name = "推理/服务-" + "x" * 40 + "-tail9"
+    cut_name = cut_middle(name, 20)
+    assert width_of(cut_name) <= 20 and cut_name.endswith("tail9")
+    st = State("x", hist=Histories(windows()))
+    feed(st, [(0.0, exposition("推理", "服务-0", {"": (GiB, 10 * MiB)})
+               + exposition("llm", "p", {"": (GiB, 10 * MiB)}))])
+    for width in (80, 160):
+        lines = [t for t, _ in draw(st, width, 24)]
+        assert all(width_of(t) < width for t in lines), lines
+        assert len({width_of(t) for t in lines[1:4] if t}) == 1, lines  # columns line up
+
+
+def test_80_columns_keep_the_distinguishing_end_of_the_name_and_drop_by_priority() -> None:
+    st = State("x", hist=Histories(windows()))
+    pods = [f"llama-70b-instruct-predictor-00001-deployment-7f9c6d-{s}"
+            for s in ("x2kq9", "b8zzm")]
+    feed(st, [(0.0, "".join(exposition("kserve-inference", p, {"": (GiB, 10 * MiB)})
+                            for p in pods))])
+    lines = [t for t, _ in draw(st, 80, 24)]
+    assert any(t.split()[0].endswith("x2kq9") for t in lines[2:4])
+    assert any(t.split()[0].endswith("b8zzm") for t in lines[2:4])
+    head = lines[1]
+    for kept in ("TO LIMIT", "USED", "GROWTH", "KILL", "TOP GROWER"):
+        assert kept in head, head
+    assert "KV" not in head.split() and "ORPHANED" not in head
+    wide = [t for t, _ in draw(st, 160, 50)][1]
+    assert all(col.title in wide for col in COLUMNS)
+
+
+def state() -> State:
+    st = State("http://x", hist=Histories(windows()))
+    reads = []
+    for t in range(12):
+        reads.append((float(t), exposition("llm", "alpha", {"": (GiB, 900 * MiB)})
+                      + exposition("llm", "beta", {"": (GiB, 100 * MiB + t * 50 * MiB)})
+                      + exposition("batch", "gamma", {"": (GiB, 10 * MiB)},
+                                   {("c", "EngineCore"): 9 * MiB})
+                      + 'headroom_tmpfs_used_bytes{namespace="batch",pod="gamma",'
+                        'container="",mount="/dev/shm"} 1073741824\n'))
+    feed(st, reads)
+    return st
+
+
+def names(st: State) -> list[str]:
+    return [r.pod for r in sort_rows(st.rows, st.sort, st.filt)]
+
+
+def test_keys_sort_filter_open_and_quit() -> None:
+    st = state()
+    assert names(st)[0] == "beta"  # growing: time to limit first
+    for key, first in (("u", "alpha"), ("s", "gamma"), ("n", "gamma"), ("g", "beta")):
+        assert handle_key(st, key)
+        assert names(st)[0] == first, key
+    for key in ("/", "b", "a", "t", "c", "h", "KEY_BACKSPACE", "KEY_BACKSPACE",
+                "KEY_BACKSPACE", "KEY_BACKSPACE", "KEY_BACKSPACE", "b", "a", "\n"):
+        handle_key(st, key)
+    assert st.filt == "ba" and names(st) == ["gamma"]  # namespace "batch"
+    handle_key(st, "\n")
+    assert st.detail == ("batch", "gamma")
+    lines = [text for text, _ in draw(st, 120, 20)]
+    assert any("EngineCore" in ln for ln in lines)
+    assert any("LIMIT" in ln and "GROWTH" in ln and "PROCESS" in ln for ln in lines)
+    handle_key(st, "\x1b")
+    assert st.detail is None
+    handle_key(st, "\x1b")
+    assert st.filt == "" and len(names(st)) == 3
+    assert handle_key(st, "q") is False
+
+
+def test_draw_fits_any_terminal() -> None:
+    st = state()
+    for width, height in ((20, 5), (80, 24), (200, 60), (1, 2)):
+        lines = draw(st, width, height)
+        assert len(lines) == height
+        assert all(width_of(text) < max(width, 1) or not text for text, _ in lines)
+    st.error = "URLError: refused"
+    assert draw(st, 80, 10)[1] == ("error: URLError: refused", "bad")
+
+
+def test_top_needs_a_terminal_and_a_url_with_a_scheme() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--url", "http://x"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "needs a terminal" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "exporter.cli", "top", "--prometheus",
+                        "prometheus:9090"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "the URL needs http://" in r.stderr
+
+
+def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
+    evil = "a\x1b[2J\x07\\nb"  # raw ESC and BEL; the newline escaped, as exposition wants
+    text = (f'headroom_memory_limit_bytes{{namespace="ns",pod="{evil}",container=""}} 10\n'
+            f'headroom_memory_unreclaimable_bytes{{namespace="ns",pod="{evil}",container=""}} 5\n'
+            f'headroom_process_memory_bytes{{namespace="ns",pod="{evil}",container="c",'
+            f'process="{evil}",kind="rss_anon"}} 5\n')
+    st = State("x")
+    apply(st, Read(0.0, pods=parse(text)))
+    st.detail = next(iter(st.procs))
+    shown = [t for t, _ in draw(st, 100, 10)]
+    st.detail = None
+    shown += [t for t, _ in draw(st, 100, 10)]
+    assert not any(ch in "".join(shown) for ch in "\x1b\x07\n")
+    assert any("a?[2J??b" in t for t in shown)
+
+
+def test_reader_reads_in_the_background_and_reports_errors() -> None:
+    """A real HTTP server: one path serves the golden exposition, one hangs. The reader
+    never blocks its caller; a hung or absent exporter is an error line, not a freeze."""
+    import contextlib
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from exporter.oncall.top import Reader, local_reader
+
+    body = GOLDEN.read_bytes()
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/hang":
+                release.wait(30)  # hangs until the test has looked
+            # The reader gave up on /hang long ago: its socket is closed.
+            with contextlib.suppress(OSError):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    readers = [Reader(local_reader(f"{base}/metrics", base), 0.2),
+               Reader(local_reader(f"{base}/hang", base), 0.2),
+               Reader(local_reader("http://127.0.0.1:9/metrics", base), 0.2)]
+    try:
+        # Hung: nothing yet, and no wait (latest() waiting on the read would return the
+        # read's error, not None: the server answers nothing until ``release``).
+        assert readers[1].latest() is None
+        deadline = time.monotonic() + 60
+        got: list[Read | None] = [None, None, None]
+        while time.monotonic() < deadline and (got[0] is None or got[2] is None):
+            for i in (0, 2):
+                got[i] = got[i] or readers[i].latest()
+            time.sleep(0.05)
+        st = State(base)
+        assert got[0] is not None and got[2] is not None, got
+        apply(st, got[0])
+        assert ("llm-serving", "llama-70b-0") in st.procs and st.error == ""
+        apply(st, got[2])
+        assert "URLError" in st.error and st.procs  # the last good read stays on screen
+    finally:
+        release.set()
+        for r in readers:
+            r.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_mirror_names_the_rule_it_mirrors_step_by_step() -> None:
+    """TOP_GROWER's mirror: the process that grows most unless a kind no process holds
+    grows most; a falling cgroup still names its top kind (the rule records one on every
+    binding cgroup; surfaces show it only while it grows). TIME_TO_LIMIT's: the soonest
+    horizon; short and medium only beyond the peaks' envelope plus a window of the
+    lasting trend."""
+    g = fc.top_grower({"anon": 5.0, "dev_shm": 1.0}, {"EngineCore": 4.0, "Worker": -1.0})
+    assert g == fc.Grower("anon", "EngineCore", 4.0)
+    g = fc.top_grower({"anon": 1.0, "dev_shm": 5.0}, {"EngineCore": 4.0})
+    assert g == fc.Grower("dev_shm", "", 5.0)
+    # /dev/shm files are shmem and hidden too: one rate read three times names /dev/shm.
+    g = fc.top_grower({"shmem": 2.0 + 1e-9, "hidden": 2.0, "dev_shm": 2.0}, {"a": 0.0})
+    assert g == fc.Grower("dev_shm", "", 2.0)
+    assert fc.top_grower({"anon": -3.0}, {"EngineCore": -1.0}) == fc.Grower("anon", "", -3.0)
+    w = fc.Windows.of()
+    # A tooth of a sawtooth below the peaks: no short or medium forecast.
+    by_h = fc.time_to_limit_by_horizon(16.0, 8.0, 8.0, {"short": 1e-3, "medium": 1e-3},
+                                       10.0, w)
+    assert by_h == {} and fc.soonest(by_h) == (None, None)
+    # Beyond them: the climb's forecast, the soonest.
+    by_h = fc.time_to_limit_by_horizon(16.0, 12.0, 12.0, {"short": 1.0, "lasting": 1e-5},
+                                       10.0, w)
+    assert fc.soonest(by_h) == (4.0, "short")
+    # No envelope yet (a young pod): any horizon.
+    assert fc.soonest(fc.time_to_limit_by_horizon(16.0, 8.0, 8.0, {"medium": 2.0}, None,
+                                                  w)) == (4.0, "medium")

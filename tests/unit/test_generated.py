@@ -1,0 +1,81 @@
+"""The replay tier's scenario classes (``alerts.scenarios.generator``): fixed draws of every
+class replayed through the shipped rules with promtool, each at one of the three
+variants (samples on the evaluations, half way between them, every range 1 ms shorter),
+so that every variant runs and every class runs at one. The id says the class, the
+property it must show, the seed and the variant; a failure names the draw's parameters
+(rerun it with ``scripts/replay_draws.py --seed N --variant V CLASS``).
+``scripts/replay_draws.py`` runs 30 draws of each."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from alerts.generate import rules_yaml
+from alerts.scenarios import evaluate, generator
+from exporter.promql import duration
+
+PROMTOOL = shutil.which("promtool")
+# Classes that replay in under a day of scenario time get a second draw.
+SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop", "ramp",
+         "sidecar-socket-leak", "two-vllm", "fast-ramp")
+DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
+    (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)]
+
+
+def _draw_param(cls: str, seed: int, variant: int) -> object:
+    return pytest.param(
+        cls, seed, variant,
+        id=f"{cls}:{generator.PROPERTIES[cls]}:seed{seed}:{generator.VARIANTS[variant]}")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+@pytest.mark.prometheus
+@pytest.mark.replay
+@pytest.mark.parametrize(("cls", "seed", "variant"), [_draw_param(*d) for d in DRAWS])
+def test_a_drawn_scenario_holds_its_class_properties(cls: str, seed: int, variant: int,
+                                                      tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    d = generator.draw(cls, seed, variant)
+    rules = tmp_path / "headroom.rules.yaml"
+    text = rules_yaml()
+    rules.write_text(evaluate.shortened(text) if variant == 2 else text)
+    stats = evaluate.replay(d.case, [rules], tmp_path, PROMTOOL)
+    problems = generator.verdict(d, stats)
+    assert not problems, f"{d.label} variant={generator.VARIANTS[variant]}: {problems}"
+
+
+def test_every_class_has_a_stated_property_and_every_variant_runs() -> None:
+    assert set(generator.PROPERTIES) == set(generator.CLASSES)
+    assert {v for _, _, v in DRAWS} == {0, 1, 2}
+
+
+def test_draws_are_reproducible_and_differ_by_seed() -> None:
+    a, b = generator.draw("ramp", 3), generator.draw("ramp", 3)
+    assert a.case.series == b.case.series and a.params == b.params
+    assert generator.draw("ramp", 4).params != a.params
+
+
+def test_the_second_phase_samples_between_evaluations() -> None:
+    d = generator.draw("fast-ramp", 0, 1)
+    doc = evaluate.test_file(d.case, [], inhibit=True)
+    test = doc["tests"][0]
+    assert test["interval"] == f"{d.case.step_s * 500}ms"
+    assert doc["evaluation_interval"] == duration(max(d.case.step_s, generator.EVAL_S))
+    assert test["input_series"][0]["values"].startswith("_ ")
+
+
+def test_shortened_ranges_lose_a_millisecond() -> None:
+    text = "max_over_time(x[5m]) and min_over_time(deriv(y[1h30m])[10m:1m])"
+    assert evaluate.shortened(text) == (
+        "max_over_time(x[299999ms]) and min_over_time(deriv(y[5399999ms])[599999ms:1m])")
+
+
+def test_a_page_too_early_fails_the_verdict() -> None:
+    d = generator.draw("ramp", 0)
+    page = ("HeadroomMemoryFillingUp", "critical", "ramp-0", "vllm")
+    early = {page: evaluate.Stat(1, d.case.end_s - 30 * 3600, d.case.end_s)}
+    assert any("early" in p for p in generator.verdict(d, early))
+    assert any("never notified" in p for p in generator.verdict(d, {}))
