@@ -250,8 +250,12 @@ ALL: tuple[MetricSpec, ...] = tuple(
 
 # headroom_memory_bytes{kind}, in stacking order (least reclaimable first: the order
 # dashboards stack them).
+KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK = "anon", "shmem", "kernel", "sock"
+KIND_UNACCOUNTED, KIND_FILE_ACTIVE, KIND_FILE_INACTIVE = (
+    "unaccounted", "file_active", "file_inactive")
 MEMORY_KINDS: tuple[str, ...] = (
-    "anon", "shmem", "kernel", "sock", "unaccounted", "file_active", "file_inactive",
+    KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK, KIND_UNACCOUNTED, KIND_FILE_ACTIVE,
+    KIND_FILE_INACTIVE,
 )
 # headroom_process_memory_bytes{kind}
 RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP = "rss_anon", "rss_file", "rss_shmem", "swap"

@@ -313,7 +313,9 @@ VLLM_ANSWERED = "headroom:vllm_answered:bool"
 OWNER = BINDING
 
 HORIZONS: tuple[str, ...] = ("short", "medium", "lasting")
-KINDS: tuple[str, ...] = ("anon", "shmem", "dev_shm", "kernel", "hidden")
+# The growth kinds beyond the cgroup's own: the pod's /dev/shm, and what no process holds.
+KIND_DEV_SHM, KIND_HIDDEN = "dev_shm", "hidden"
+KINDS: tuple[str, ...] = ("anon", "shmem", KIND_DEV_SHM, "kernel", KIND_HIDDEN)
 
 # Name -> meaning, in evaluation order (later rules read earlier ones), per group.
 FAST_RECORDING_RULE_HELP: dict[str, str] = {

@@ -442,6 +442,17 @@ def query_at(st: Stack, expr: str, at: float | None = None) -> list[Any]:
         return parse_vector(json.load(r))
 
 
+def local_read(m: Moment, pod: str) -> top.Pod:
+    """One read of the local exporter by top at a scenario moment: the pod's cgroups, its
+    processes (one of each name), /dev/shm, orphaned files and kills."""
+    cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
+                for cont, (limit, kinds, _) in cgroups(m).items())
+    procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
+                  for p, v in cg.procs.items())
+    return top.Pod(NS, pod, cgs, m.dev_shm or None, m.orphaned, None, procs, m.kills,
+                   "http://" + INSTANCE)
+
+
 def top_local_answer(st: Stack, sc: Scenario) -> Answer:
     """top without Prometheus: its own reads of the same points, through its state, up to
     the moment the rules were last evaluated, and its forecast at that moment."""
@@ -451,13 +462,7 @@ def top_local_answer(st: Stack, sc: Scenario) -> Answer:
         ts = st.end - SPAN + t
         if ts > st.at:
             break
-        m = sc.at(t)
-        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
-                    for cont, (limit, kinds, _) in cgroups(m).items())
-        procs = tuple(top.Proc(cont, p, v) for cont, cg in m.containers.items()
-                      for p, v in cg.procs.items())
-        pod = top.Pod(NS, sc.pod, cgs, m.dev_shm or None, m.orphaned, None, procs, m.kills,
-                      "http://" + INSTANCE)
+        pod = local_read(sc.at(t), sc.pod)
         top.apply(state, top.Read(ts, pods={pod.key: pod}))
     assert pod is not None
     # Forecast at the rules' instant over the reads so far (not at top's last step; a
@@ -635,13 +640,8 @@ def test_top_shows_the_same_process_view_in_both_modes(stack: Stack) -> None:
         ts = stack.end - SPAN + t
         if ts > stack.at:
             break
-        m = sc.at(t)
-        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
-                    for cont, (limit, kinds, _) in cgroups(m).items())
-        procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
-                      for p, v in cg.procs.items())
-        top.apply(local, top.Read(ts, pods={(NS, sc.pod): top.Pod(NS, sc.pod, cgs,
-                                                                   processes=procs)}))
+        pod = local_read(sc.at(t), sc.pod)
+        top.apply(local, top.Read(ts, pods={pod.key: pod}))
 
     def view(st: top.State) -> dict[str, list[str]]:
         st.detail = (NS, sc.pod)
