@@ -12,7 +12,7 @@ alerts/headroom.rules.yaml, or ``HEADROOM_FORECAST_RULES=PATH``): ``promtool tsd
 create-blocks-from rules`` evaluates them over the whole span, one dependency level per
 pass (promtool cannot feed a rule another rule's output in the same pass), each pass's
 blocks loaded before the next. ``top`` without Prometheus runs the rules' Python mirror
-(exporter/oncall/forecast.py) over its own reads of the same points: where it and the
+(exporter/oncall/forecast/mirror.py) over its own reads of the same points: where it and the
 rules disagree, the failing assertion names the surface and the figure.
 """
 

@@ -6,7 +6,7 @@ reclaimed first. Growth that lasts is the rise of the daily floor (the lowest fi
 the last day against the day before), which diurnal load cannot fake; with less than two
 days of history the slope over what there is stands in for it.
 
-Nothing here does I/O: ``explain.py`` fetches an :class:`Evidence`, this module judges it,
+Nothing here does I/O: ``explain`` fetches an :class:`Evidence`, this module judges it,
 and the renderers print the :class:`Diagnosis`.
 """
 
@@ -203,7 +203,8 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
                      "counts page cache the kernel can take back")
     if close.source == "local":
         notes.append("the recording rules are not loaded: the forecast was computed here "
-                     "from the raw series (the rules' definition, exporter/oncall/forecast.py)")
+                     "from the raw series (the rules' definition, "
+                     "exporter/oncall/forecast/mirror.py)")
     return Diagnosis(ev.namespace, ev.pod, ev.at, verdict, summary, tuple(reasons), close,
                      tuple(shown), tuple(causes), kills, tuple(actions), tuple(notes),
                      headline, commands)

@@ -14,7 +14,10 @@ itself (``top`` without Prometheus, the post-mortem's sampler points, explain wh
 rules are not loaded). It mirrors ``alerts/rules.py``; when one changes, change the other
 (tests/test_one_answer.py feeds both the same series).
 
-Pure: no I/O.
+Pure: no I/O. The package: :mod:`.contract` (the forecast as data, the binding cgroup),
+:mod:`.recorded` (reading the recorded series), :mod:`.series` (the rules' windows and
+PromQL functions over points), :mod:`.mirror` (the rules in Python), :mod:`.rise` (what
+grew before a kill).
 """
 
 from exporter.oncall.forecast.contract import (
@@ -46,12 +49,18 @@ from exporter.oncall.forecast.recorded import by_pod, from_recorded, recorded_qu
 from exporter.oncall.forecast.rise import Rise, climb_start, rose_most
 from exporter.oncall.forecast.series import Windows, between, slope
 
+# Series of the contract that the dashboards name through this package.
+from exporter.promql import BINDING, TIME_TO_LIMIT, TOP_GROWER
+
 __all__ = [
+    "BINDING",
     "CONTRACT",
     "GROWER_KINDS",
     "HORIZONS",
     "LOCAL",
     "RECORDED",
+    "TIME_TO_LIMIT",
+    "TOP_GROWER",
     "Forecast",
     "Grower",
     "History",
