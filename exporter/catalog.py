@@ -251,12 +251,11 @@ ALL: tuple[MetricSpec, ...] = tuple(
 # headroom_memory_bytes{kind}, in stacking order (least reclaimable first: the order
 # dashboards stack them).
 KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK = "anon", "shmem", "kernel", "sock"
-KIND_UNACCOUNTED, KIND_FILE_ACTIVE, KIND_FILE_INACTIVE = (
-    "unaccounted", "file_active", "file_inactive")
 MEMORY_KINDS: tuple[str, ...] = (
-    KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK, KIND_UNACCOUNTED, KIND_FILE_ACTIVE,
-    KIND_FILE_INACTIVE,
+    KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK, "unaccounted", "file_active", "file_inactive",
 )
+KIND_UNACCOUNTED = "unaccounted"
+KIND_FILE_ACTIVE, KIND_FILE_INACTIVE = "file_active", "file_inactive"
 # headroom_process_memory_bytes{kind}
 RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP = "rss_anon", "rss_file", "rss_shmem", "swap"
 PROCESS_MEMORY_KINDS: tuple[str, ...] = (RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP)

@@ -53,7 +53,6 @@ def wants_html(accept: str | None, fmt: str | None) -> bool:
     return False
 
 
-
 # --- pages ---------------------------------------------------------------------------------------
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;

@@ -54,7 +54,6 @@ def where(container: str) -> str:
     return f"container {container}" if container else "pod-level cgroup"
 
 
-
 def fit(text: str, width: int = 80) -> str:
     """Cut in the middle: the end of a pod name (its replica hash) tells pods apart."""
     if len(text) <= width:

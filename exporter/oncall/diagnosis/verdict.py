@@ -60,8 +60,6 @@ class Closeness:
     by_horizon: tuple[tuple[str, float], ...] = ()
 
 
-
-
 @dataclass(frozen=True)
 class Growth:
     what: str  # grower (the forecast's top grower), kind, page_cache, process, no_owner,

@@ -83,7 +83,6 @@ def evidence(namespace: str, pod: str, at: float, answers: Answers) -> Evidence:
                     tuple(merged[k] for k in sorted(merged)))
 
 
-
 def histories(ev: Evidence, ranges: Mapping[str, Sequence[RangeSeries]]
               ) -> list[fc.History]:
     """Range answers -> one History per cgroup of the pod. The pod-level cgroup holds

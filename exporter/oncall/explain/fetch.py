@@ -83,7 +83,6 @@ async def fetch(prom: PromClient, namespace: str, pod: str, extra: str, at: floa
     return dataclasses.replace(ev, forecasts=forecasts, kills=kills)
 
 
-
 async def degraded_notes(prom: PromClient, sel: str, at: float) -> list[str]:
     """The exporters serving the pod that lost data to a missing capability or device
     (headroom_collector_degraded): some figures above may be missing, not zero."""

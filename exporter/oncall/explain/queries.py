@@ -82,7 +82,6 @@ def pod_queries(namespace: str, pod: str, extra: str = "") -> dict[str, str]:
     return q
 
 
-
 def range_queries(namespace: str, pod: str, extra: str = "") -> dict[str, str]:
     """The raw series the local forecast and the kill's story read over two days."""
     s = selector(namespace, pod, extra)

@@ -29,7 +29,6 @@ from exporter.oncall.forecast.series import (
 )
 from exporter.promql import CONFIG, KIND_DEV_SHM, KIND_HIDDEN, Config
 
-# --- the local mirror of the rules ---------------------------------------------------------------
 # One function per recorded series of alerts/rules.py, named after it, over points a
 # surface read itself; :func:`local_forecast` chains them in the rules' order. The rules
 # are evaluated every minute (the lasting group every 5 min); the mirror at the moment

@@ -28,7 +28,6 @@ class Cluster:
     process_growth: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
 
 
-
 def cluster_queries(extra: str = "") -> dict[str, str]:
     sel = "{" + extra + "}" if extra else ""
     q = fc.recorded_queries(sel)
@@ -54,7 +53,6 @@ def cluster_queries(extra: str = "") -> dict[str, str]:
     q["proc_count"] = (f"max by (namespace, pod, container, process) "
                        f"({c.PROCESS_COUNT.name}{sel})")
     return q
-
 
 
 def cluster_of(answers: Mapping[str, Sequence[Sample]]) -> Cluster:

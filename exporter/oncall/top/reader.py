@@ -26,7 +26,6 @@ class Read:
     cluster: Cluster | None = None  # --prometheus: the recorded series
 
 
-
 class Reader:
     """Reads its source every ``interval`` in a thread: a slow or hung exporter or
     Prometheus never freezes the keys. Only the newest read is kept."""

@@ -14,7 +14,6 @@ SORTS = {"t": "time to limit", "u": "used/limit", "g": "growth", "s": "/dev/shm"
          "n": "name"}
 
 
-
 # --- kills: seen as the counter moves ---------------------------------------------------------
 @dataclass(frozen=True)
 class KillMark:

@@ -27,7 +27,6 @@ def fetch(url: str, timeout: float = 2.0) -> str:
     return _http(url, timeout=timeout).decode("utf-8", "replace")
 
 
-
 def query_prometheus(base: str, expr: str, timeout: float = 10.0) -> list[Sample]:
     body = _http(f"{base.rstrip('/')}/api/v1/query",
                  urllib.parse.urlencode({"query": expr}).encode(), timeout)
