@@ -453,9 +453,9 @@ def local_read(m: Moment, pod: str) -> top.Pod:
                    "http://" + INSTANCE)
 
 
-def top_local_answer(st: Stack, sc: Scenario) -> Answer:
-    """top without Prometheus: its own reads of the same points, through its state, up to
-    the moment the rules were last evaluated, and its forecast at that moment."""
+def local_state(st: Stack, sc: Scenario) -> tuple[top.State, top.Pod]:
+    """top without Prometheus after its own reads of the scenario's points up to the
+    moment the rules were last evaluated: its state and its last read."""
     state = top.State("local")
     pod: top.Pod | None = None
     for t in times():
@@ -465,6 +465,13 @@ def top_local_answer(st: Stack, sc: Scenario) -> Answer:
         pod = local_read(sc.at(t), sc.pod)
         top.apply(state, top.Read(ts, pods={pod.key: pod}))
     assert pod is not None
+    return state, pod
+
+
+def top_local_answer(st: Stack, sc: Scenario) -> Answer:
+    """top without Prometheus: its own reads of the same points, through its state, and
+    its forecast at the moment the rules were last evaluated."""
+    state, pod = local_state(st, sc)
     # Forecast at the rules' instant over the reads so far (not at top's last step; a
     # read at that instant would add a point the exporter never scraped).
     state.cgroups = top.local_forecasts({pod.key: pod}, state.hist, st.at)
@@ -635,13 +642,7 @@ def test_top_shows_the_same_process_view_in_both_modes(stack: Stack) -> None:
     cluster = top.State("prometheus")
     top.apply(cluster, top.Read(stack.at, cluster=top.cluster_of(
         {k: query_at(stack, q) for k, q in qs.items()})))
-    local = top.State("local")
-    for t in times():
-        ts = stack.end - SPAN + t
-        if ts > stack.at:
-            break
-        pod = local_read(sc.at(t), sc.pod)
-        top.apply(local, top.Read(ts, pods={pod.key: pod}))
+    local, _ = local_state(stack, sc)
 
     def view(st: top.State) -> dict[str, list[str]]:
         st.detail = (NS, sc.pod)

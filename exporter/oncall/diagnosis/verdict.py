@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.catalog import (
-    KIND_ANON,
-    KIND_FILE_ACTIVE,
-    KIND_FILE_INACTIVE,
-    KIND_KERNEL,
-    KIND_SHMEM,
-    KIND_SOCK,
-    KIND_UNACCOUNTED,
-)
+from exporter import catalog as c
 from exporter.oncall.units import DAY, HOUR, MiB
 
 HEALTHY, AT_RISK, NO_DATA = "healthy", "at_risk", "no_data"
@@ -30,8 +22,8 @@ MIN_STALE_SHM = 16 * MiB
 LIMIT_MARGIN = 1.2  # a limit 20% above the unreclaimable peak leaves page cache room
 
 VLLM_PROCESS_PREFIXES = ("EngineCore", "Worker", "APIServer", "DPCoordinator")
-FILE_KINDS = (KIND_FILE_ACTIVE, KIND_FILE_INACTIVE)
-UNRECLAIMABLE_KINDS = (KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK, KIND_UNACCOUNTED)
+FILE_KINDS = (c.KIND_FILE_ACTIVE, c.KIND_FILE_INACTIVE)
+UNRECLAIMABLE_KINDS = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK, c.KIND_UNACCOUNTED)
 RUNBOOK_BASE = "https://github.com/vllm-headroom/headroom/blob/main/alerts/runbooks"
 
 

@@ -8,16 +8,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from exporter.catalog import RSS_ANON, RSS_SHMEM
+from exporter.oncall import diagnosis as dx
 from exporter.oncall import forecast as fc
-from exporter.oncall.diagnosis.evidence import (
-    CgroupEvidence,
-    Evidence,
-    KillEvidence,
-    KvEvidence,
-    ProcessEvidence,
-    TmpfsEvidence,
-    Trend,
-)
 from exporter.oncall.explain.queries import TREND_FIELDS
 from exporter.oncall.prom_client import RangeSeries, Sample
 from exporter.oncall.units import fmt_bytes, fmt_duration, fmt_rate, printable
@@ -37,13 +29,13 @@ def _values(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, float]:
             for s in answers.get(name, ())}
 
 
-def _trends(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, Trend]:
+def _trends(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, dx.Trend]:
     parts = {f: _values(answers, f"{name}.{f}", by) for f in TREND_FIELDS}
-    return {k: Trend(v, *(parts[f].get(k) for f in TREND_FIELDS[1:]))
+    return {k: dx.Trend(v, *(parts[f].get(k) for f in TREND_FIELDS[1:]))
             for k, v in parts["now"].items()}
 
 
-def evidence(namespace: str, pod: str, at: float, answers: Answers) -> Evidence:
+def evidence(namespace: str, pod: str, at: float, answers: Answers) -> dx.Evidence:
     limits = _values(answers, "limit", ("container",))
     unrecl = _trends(answers, "unreclaimable", ("container",))
     kinds = _trends(answers, "kinds", ("container", "kind"))
@@ -52,38 +44,38 @@ def evidence(namespace: str, pod: str, at: float, answers: Answers) -> Evidence:
     peak = _values(answers, "peak1d", ("container",))
     reclaim = _values(answers, "reclaim", ("container",))
     cgroups = tuple(
-        CgroupEvidence(
+        dx.CgroupEvidence(
             k[0], limits[k], unrecl[k], usage.get(k), ws.get(k), peak.get(k),
             {kind: t for (cont, kind), t in kinds.items() if cont == k[0]}, reclaim.get(k))
         for k in sorted(limits) if k in unrecl and limits[k] > 0)
     procs = _trends(answers, "processes", ("container", "process", "kind"))
     names = sorted({(cont, p) for cont, p, _ in procs})
-    processes = tuple(ProcessEvidence(cont, p, procs.get((cont, p, RSS_ANON)),
+    processes = tuple(dx.ProcessEvidence(cont, p, procs.get((cont, p, RSS_ANON)),
                                       procs.get((cont, p, RSS_SHMEM))) for cont, p in names)
     used = _trends(answers, "tmpfs", ("container", "mount"))
     orphaned = _trends(answers, "orphaned", ("container", "mount"))
     size = _values(answers, "tmpfs_size", ("container", "mount"))
-    tmpfs = tuple(TmpfsEvidence(k[0], k[1], t, size.get(k), orphaned.get(k))
+    tmpfs = tuple(dx.TmpfsEvidence(k[0], k[1], t, size.get(k), orphaned.get(k))
                   for k, t in sorted(used.items()))
     cap = _values(answers, "kv_capacity", ("container", "medium"))
     ratio = _values(answers, "kv_usage", ("container", "medium"))
     prefix = _trends(answers, "prefix", ("container", "medium"))
-    kv = tuple(KvEvidence(k[0], k[1], cap.get(k), ratio.get(k), prefix.get(k))
+    kv = tuple(dx.KvEvidence(k[0], k[1], cap.get(k), ratio.get(k), prefix.get(k))
                for k in sorted(set(cap) | set(ratio) | set(prefix)))
     totals = _values(answers, "kills", ("container", "process", "instance"))
     day = _values(answers, "kills1d", ("container", "process", "instance"))
-    merged: dict[tuple[str, str], KillEvidence] = {}
+    merged: dict[tuple[str, str], dx.KillEvidence] = {}
     for (cont, proc, inst), n in totals.items():
-        k = KillEvidence(cont, proc, n, day.get((cont, proc, inst), 0.0), inst)
+        k = dx.KillEvidence(cont, proc, n, day.get((cont, proc, inst), 0.0), inst)
         old = merged.get((cont, proc))
         if old is None or k.total > old.total:  # two exporters: the one that saw most
             merged[(cont, proc)] = k
     # Queried with the raw names; shown printable.
-    return Evidence(printable(namespace), printable(pod), at, cgroups, processes, tmpfs, kv,
+    return dx.Evidence(printable(namespace), printable(pod), at, cgroups, processes, tmpfs, kv,
                     tuple(merged[k] for k in sorted(merged)))
 
 
-def histories(ev: Evidence, ranges: Mapping[str, Sequence[RangeSeries]]
+def histories(ev: dx.Evidence, ranges: Mapping[str, Sequence[RangeSeries]]
               ) -> list[fc.History]:
     """Range answers -> one History per cgroup of the pod. The pod-level cgroup holds
     every container's processes and the pod's /dev/shm."""
@@ -119,8 +111,8 @@ def kill_time(points: Sequence[tuple[float, float]], start: float, step: float
     return last
 
 
-def with_kill_time(k: KillEvidence, series: Sequence[RangeSeries],
-                    hist: Sequence[fc.History]) -> KillEvidence:
+def with_kill_time(k: dx.KillEvidence, series: Sequence[RangeSeries],
+                    hist: Sequence[fc.History]) -> dx.KillEvidence:
     pts = next((r.points for r in series if printable(r.labels.get("container", "")) ==
                 k.container and printable(r.labels.get("process", "")) == k.process), ())
     start = pts[0][0] - KILL_STEP if pts else 0.0
