@@ -115,6 +115,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     return run(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -119,6 +119,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_arguments(p)
     return run(p.parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main())
