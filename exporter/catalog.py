@@ -278,6 +278,8 @@ KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK = "anon", "shmem", "kernel", "sock
 MEMORY_KINDS: tuple[str, ...] = (
     KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_SOCK, "unaccounted", "file_active", "file_inactive",
 )
+KIND_UNACCOUNTED = "unaccounted"
+KIND_FILE_ACTIVE, KIND_FILE_INACTIVE = "file_active", "file_inactive"
 # headroom_process_memory_bytes{kind}
 RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP = "rss_anon", "rss_file", "rss_shmem", "swap"
 PROCESS_MEMORY_KINDS: tuple[str, ...] = (RSS_ANON, RSS_FILE, RSS_SHMEM, SWAP)

@@ -3,7 +3,7 @@
 Each scenario of ``tests/helpers/explain_scenarios.py`` is rendered as the exporter's series over
 two and a half days ending now, turned into TSDB blocks by ``promtool tsdb
 create-blocks-from openmetrics`` and served by a real ``prometheus``; the real command
-(``python -m exporter.oncall.explain``) then judges each pod, and its verdict, exit code,
+(``python -m exporter.cli explain``) then judges each pod, and its verdict, exit code,
 growing kind and process, cause and vLLM setting are checked.
 """
 

@@ -12,7 +12,7 @@ alerts/headroom.rules.yaml, or ``HEADROOM_FORECAST_RULES=PATH``): ``promtool tsd
 create-blocks-from rules`` evaluates them over the whole span, one dependency level per
 pass (promtool cannot feed a rule another rule's output in the same pass), each pass's
 blocks loaded before the next. ``top`` without Prometheus runs the rules' Python mirror
-(exporter/oncall/forecast.py) over its own reads of the same points: where it and the
+(exporter/oncall/forecast/mirror.py) over its own reads of the same points: where it and the
 rules disagree, the failing assertion names the surface and the figure.
 """
 
@@ -442,24 +442,36 @@ def query_at(st: Stack, expr: str, at: float | None = None) -> list[Any]:
         return parse_vector(json.load(r))
 
 
-def top_local_answer(st: Stack, sc: Scenario) -> Answer:
-    """top without Prometheus: its own reads of the same points, through its state, up to
-    the moment the rules were last evaluated, and its forecast at that moment."""
+def local_read(m: Moment, pod: str) -> top.Pod:
+    """One read of the local exporter by top at a scenario moment: the pod's cgroups, its
+    processes (one of each name), /dev/shm, orphaned files and kills."""
+    cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
+                for cont, (limit, kinds, _) in cgroups(m).items())
+    procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
+                  for p, v in cg.procs.items())
+    return top.Pod(NS, pod, cgs, m.dev_shm or None, m.orphaned, None, procs, m.kills,
+                   "http://" + INSTANCE)
+
+
+def local_state(st: Stack, sc: Scenario) -> tuple[top.State, top.Pod]:
+    """top without Prometheus after its own reads of the scenario's points up to the
+    moment the rules were last evaluated: its state and its last read."""
     state = top.State("local")
     pod: top.Pod | None = None
     for t in times():
         ts = st.end - SPAN + t
         if ts > st.at:
             break
-        m = sc.at(t)
-        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
-                    for cont, (limit, kinds, _) in cgroups(m).items())
-        procs = tuple(top.Proc(cont, p, v) for cont, cg in m.containers.items()
-                      for p, v in cg.procs.items())
-        pod = top.Pod(NS, sc.pod, cgs, m.dev_shm or None, m.orphaned, None, procs, m.kills,
-                      "http://" + INSTANCE)
+        pod = local_read(sc.at(t), sc.pod)
         top.apply(state, top.Read(ts, pods={pod.key: pod}))
     assert pod is not None
+    return state, pod
+
+
+def top_local_answer(st: Stack, sc: Scenario) -> Answer:
+    """top without Prometheus: its own reads of the same points, through its state, and
+    its forecast at the moment the rules were last evaluated."""
+    state, pod = local_state(st, sc)
     # Forecast at the rules' instant over the reads so far (not at top's last step; a
     # read at that instant would add a point the exporter never scraped).
     state.cgroups = top.local_forecasts({pod.key: pod}, state.hist, st.at)
@@ -630,18 +642,7 @@ def test_top_shows_the_same_process_view_in_both_modes(stack: Stack) -> None:
     cluster = top.State("prometheus")
     top.apply(cluster, top.Read(stack.at, cluster=top.cluster_of(
         {k: query_at(stack, q) for k, q in qs.items()})))
-    local = top.State("local")
-    for t in times():
-        ts = stack.end - SPAN + t
-        if ts > stack.at:
-            break
-        m = sc.at(t)
-        cgs = tuple(top.Cgroup(cont, limit, sum(kinds.values()), None, kinds)
-                    for cont, (limit, kinds, _) in cgroups(m).items())
-        procs = tuple(top.Proc(cont, p, v, count=1) for cont, cg in m.containers.items()
-                      for p, v in cg.procs.items())
-        top.apply(local, top.Read(ts, pods={(NS, sc.pod): top.Pod(NS, sc.pod, cgs,
-                                                                   processes=procs)}))
+    local, _ = local_state(stack, sc)
 
     def view(st: top.State) -> dict[str, list[str]]:
         st.detail = (NS, sc.pod)

@@ -1,0 +1,153 @@
+"""The rules' windows, and the PromQL functions the mirror of the rules is built from
+(``deriv``, ``min_over_time(deriv(...)[...])``, the daily floor and the peaks' envelope),
+over points a surface read itself."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from exporter.oncall.forecast.contract import Point
+from exporter.promql import CONFIG, Config
+
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The rules' windows (seconds), from the one config object."""
+
+    short: float
+    short_sustain: float
+    medium: float
+    medium_sustain: float
+    baseline: float
+    step: float  # the rules' evaluation interval (subquery resolution)
+    peak: float  # short and medium forecasts start from the peak of this window
+    hour: float  # the lasting group's hourly minima and maxima; the grower's deriv
+    min_rise_bytes: float
+    min_rise_ratio: float
+    climbing_lag: float = 120.0  # the short horizon only while the figure makes new highs
+    beyond_ratio: float = 0.01  # a climb beyond the peaks: by this much of the limit...
+    beyond_trend: float = 6 * 3600.0  # ...or this much lasting trend while it binds
+    pattern_period: float = 86400.0  # the daily pattern: the same hours one period ago
+    lasting_interval: float = 300.0  # the lasting group's interval
+
+    @classmethod
+    def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
+        scale = DAY_S / config.baseline_window_s  # CONFIG.scaled() shrinks the hour too
+        return cls(config.short_window_s, config.short_sustain_s, config.medium_window_s,
+                   config.medium_sustain_s, config.baseline_window_s, step,
+                   config.peak_window_s, HOUR_S / scale, config.min_baseline_rise_bytes,
+                   config.min_baseline_rise_ratio, config.climbing_lag_s,
+                   config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
+                   config.pattern_period_s, config.lasting_interval_s)
+
+    @property
+    def pattern_ahead(self) -> tuple[float, ...]:
+        """The daily pattern's windows ahead (``rules.pattern_windows_s``)."""
+        return tuple(k * self.hour for k in (1, 2, 3, 6))
+
+
+DAY_S = 86400.0
+
+
+def between(points: Sequence[Point], start: float, end: float) -> Sequence[Point]:
+    """The points in (start, end] of points sorted by time (a binary search: top and the
+    post-mortem call this for every series on every refresh)."""
+    lo = bisect.bisect_right(points, start, key=lambda p: p[0])
+    hi = bisect.bisect_right(points, end, key=lambda p: p[0])
+    return points[lo:hi]
+
+
+def slope(points: Sequence[Point], start: float, end: float) -> float | None:
+    """PromQL ``deriv``: the least-squares slope of the points in (start, end]."""
+    pts = between(points, start, end)
+    if len(pts) < 2:
+        return None
+    n = len(pts)
+    mt = sum(t for t, _ in pts) / n
+    mv = sum(v for _, v in pts) / n
+    den = sum((t - mt) ** 2 for t, _ in pts)
+    return sum((t - mt) * (v - mv) for t, v in pts) / den if den else None
+
+
+def sustained(points: Sequence[Point], now: float, span: float, sustain: float,
+              step: float) -> float | None:
+    """``min_over_time(deriv(u[span])[sustain])`` at the rules' step, once the series
+    reaches back span + sustain: the slowest slope of the sustain window, so only a
+    climb that lasted counts."""
+    if not points or points[0][0] > now - (span + sustain) + step / 2:
+        return None
+    slopes = []
+    t = now - sustain + step
+    while t <= now + 1e-9:
+        s = slope(points, t - span, t)
+        if s is not None:
+            slopes.append(s)
+        t += step
+    return min(slopes) if slopes else None
+
+
+def highest(points: Sequence[Point], start: float, end: float) -> float | None:
+    """``max_over_time`` over (start, end]."""
+    return max((v for _, v in between(points, start, end)), default=None)
+
+
+def lowest(points: Sequence[Point], start: float, end: float) -> float | None:
+    """``min_over_time`` over (start, end]."""
+    return min((v for _, v in between(points, start, end)), default=None)
+
+
+def envelope(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
+             ) -> float | None:
+    """The level the recurring peaks reach: the highest figure over the day before the
+    last hour (hourly maxima over a day, offset an hour)."""
+    end = now - w.hour - days_ago * w.baseline
+    return highest(points, end - w.baseline - w.hour, end)
+
+
+def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
+          ) -> float | None:
+    end = now - days_ago * w.baseline
+    return lowest(points, end - w.baseline - w.hour, end)
+
+
+def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
+    """The days-scale rise: the floor and the envelope of the peaks must both rise day
+    over day (the smaller rise counts), by more than the rules' minimum. A daily swing
+    moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
+    kill, or a warm-up, moves only one."""
+    if not points or points[0][0] > now - (2 * w.baseline - w.hour):
+        return None
+    fa, fb = floor(points, now, w), floor(points, now, w, 1)
+    ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
+    rises = [a - b for a, b in ((fa, fb), (ea, eb)) if a is not None and b is not None]
+    if not rises:
+        return None
+    rise = min(rises)
+    if rise <= max(w.min_rise_bytes, w.min_rise_ratio * limit):
+        return None
+    return rise / w.baseline
+
+
+def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
+    """The short horizon's guard: the figure now above every one from the climbing lag
+    to the lag plus the short window ago (a batch that stopped drops out)."""
+    if not points:
+        return False
+    before = highest(points, now - w.climbing_lag - w.short, now - w.climbing_lag)
+    return before is not None and points[-1][1] > before
+
+
+def growth(points: Sequence[Point], now: float, w: Windows, limit: float
+           ) -> dict[str, float]:
+    out = {
+        "short": sustained(points, now, w.short, w.short_sustain, w.step)
+        if climbing(points, now, w) else None,
+        "medium": sustained(points, now, w.medium, w.medium_sustain, w.step),
+        "lasting": lasting(points, now, w, limit),
+    }
+    return {h: r for h, r in out.items() if r is not None and r > 0}
+
