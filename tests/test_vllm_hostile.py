@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.procfs import is_vllm_process, split_cmdline
+from exporter.collectors.procfs import split_cmdline
+from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.paths import self_memory_cgroup
 from tests.conftest import HOSTS
 from tests.kernel import KernelUnavailable, kube_tree
@@ -100,7 +101,7 @@ def quiet_host(tmp_path: Path) -> tuple[str, ...]:
     shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
     for entry in (root / "proc").iterdir():
         cmdline = entry / "cmdline"
-        if entry.name.isdigit() and cmdline.is_file() and is_vllm_process(
+        if entry.name.isdigit() and cmdline.is_file() and is_vllm_cmdline(
                 split_cmdline(cmdline.read_bytes())):
             shutil.rmtree(entry)
     return (f"--path.procfs={root / 'proc'}", f"--path.cgroupfs={root / 'sys/fs/cgroup'}")

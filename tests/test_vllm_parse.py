@@ -17,9 +17,14 @@ import pytest
 from aiohttp import web
 
 from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.vllm.discovery import (
+from exporter.collectors.vllm.fetch import (
+    VllmBodyTooLarge,
+    VllmScrapeError,
+    fetch_text,
+    redact_url,
+)
+from exporter.collectors.vllm.kv_endpoints import (
     KvEventEndpoint,
-    _path_and_scheme,
     allowed_endpoints,
     base_url,
     connect_form,
@@ -28,19 +33,16 @@ from exporter.collectors.vllm.discovery import (
     offset_endpoint,
     parse_kv_event_sources,
 )
+from exporter.collectors.vllm.locate import _path_and_scheme
 from exporter.collectors.vllm.metrics import (
     CPU,
     GPU,
     MAX_ENGINES,
     MAX_LABEL_CHARS,
-    VllmBodyTooLarge,
     VllmParseError,
-    VllmScrapeError,
     VllmStats,
     bounded_label,
     parse_vllm_metrics,
-    redact_url,
-    scrape_vllm,
 )
 from exporter.collectors.vllm.offload import offload_region_bytes, offload_regions
 
@@ -293,6 +295,13 @@ async def server() -> AsyncIterator[str]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
+
+
+async def scrape_vllm(session: aiohttp.ClientSession, url: str, *, timeout: float,
+                      max_bytes: int = 8 << 20) -> VllmStats:
+    """Read and parse one /metrics, as the source does (without its budgets)."""
+    return parse_vllm_metrics(await fetch_text(session, url, timeout=timeout,
+                                               max_bytes=max_bytes))
 
 
 async def test_scrape_ok(server: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from exporter.collectors.vllm.discovery import KvEventEndpoint
+from exporter.collectors.vllm.kv_endpoints import KvEventEndpoint
 from exporter.collectors.vllm.kv_events import (
     KvBlockTracker,
     LostReason,
@@ -134,9 +134,6 @@ class KvEventSubscriber:
     def __post_init__(self) -> None:
         if self.tracker.default_engine == "0":
             self.tracker.default_engine = str(self.source.dp_rank)
-
-    def prefix_cache_blocks(self, *, exact_only: bool = False) -> dict[MediumKey, int]:
-        return self.tracker.prefix_cache_blocks(exact_only=exact_only)
 
     async def run(self) -> None:
         backoff = RECONNECT_MIN
@@ -367,10 +364,6 @@ class KvEventsHub:
             for reason, n in tracker.stats.lost().items():
                 lost[(engine, reason)] = lost.get((engine, reason), 0) + n
         return KvEventsState(blocks, synced, lost, tuple(problems))
-
-    def prefix_cache_blocks(self, key: str) -> dict[MediumKey, int]:
-        """(engine, medium) -> live blocks (exact ones) over all endpoints of that instance."""
-        return dict(self.state(key).prefix_blocks)
 
     def endpoints(self, key: str) -> list[KvEventEndpoint]:
         """The endpoints followed for that instance."""
