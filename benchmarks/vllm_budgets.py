@@ -57,11 +57,11 @@ class Body:
 
 
 def metrics_read(body: bytes) -> Callable[[], object]:
-    from exporter.collectors.vllm import fetch
     from exporter.collectors.vllm import metrics as vm
+    from exporter.collectors.vllm import reading
 
     def go() -> object:
-        text = asyncio.run(fetch.read_capped(Body(body), 8 << 20,  # type: ignore[arg-type]
+        text = asyncio.run(reading.read_capped(Body(body), 8 << 20,  # type: ignore[arg-type]
                                              filter_lines=True))
         return vm.parse_vllm_metrics(text.decode())
     return go

@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from exporter.collectors.vllm import fetch
 from exporter.collectors.vllm import metrics as vm
+from exporter.collectors.vllm import reading
 from exporter.collectors.vllm.kv_endpoints import parse_kv_event_sources
 from exporter.collectors.vllm.kv_events import KvBlockTracker, read_message
 from exporter.collectors.vllm.zmtp import Limits
@@ -125,7 +125,7 @@ METRICS_SHAPES: dict[str, Callable[[int], bytes]] = {
     # series the parser keeps, each with a new engine (at most MAX_KEPT_LINES kept)
     "used series": lambda n: "".join(
         f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
-        for i in range(min(n, fetch.MAX_KEPT_LINES))).encode() + b"python_x 1\n" * n,
+        for i in range(min(n, reading.MAX_KEPT_LINES))).encode() + b"python_x 1\n" * n,
     # what a real vLLM has most of: histogram buckets (dropped as they stream)
     "histogram buckets": lambda n: "".join(
         f'vllm:e2e_request_latency_seconds_bucket{{le="{i}",model_name="m"}} {i}\n'
@@ -153,7 +153,7 @@ def read_and_parse(body: bytes) -> None:
     import asyncio
 
     async def go() -> bytes:
-        return await fetch.read_capped(Body(body), 64 << 20, filter_lines=True)  # type: ignore[arg-type]
+        return await reading.read_capped(Body(body), 64 << 20, filter_lines=True)  # type: ignore[arg-type]
 
     text = asyncio.run(go())
     vm.parse_vllm_metrics(text.decode("utf-8", "replace"))
@@ -170,14 +170,14 @@ def test_metrics_body_cost_linear(shape: str) -> None:
 def kept(body: bytes) -> bytes:
     import asyncio
 
-    return asyncio.run(fetch.read_capped(Body(body), 8 << 20, filter_lines=True))  # type: ignore[arg-type]
+    return asyncio.run(reading.read_capped(Body(body), 8 << 20, filter_lines=True))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("shape", list(METRICS_SHAPES))
 def test_the_largest_metrics_slice_and_parse_hold_the_loop_briefly(shape: str) -> None:
     """The filter of one 64 KiB slice, and the parse of the most an 8 MiB body keeps."""
     body = METRICS_SHAPES[shape](120_000)[:8 << 20]
-    slice_cpu = cpu(lambda: fetch.kept_lines(body[:64 << 10]))
+    slice_cpu = cpu(lambda: reading.kept_lines(body[:64 << 10]))
     assert slice_cpu <= LOOP_CPU_S / 10, f"{shape}: {slice_cpu:.3f} s for one slice"
     text = kept(body).decode()
     parse_cpu = cpu(lambda: vm.parse_vllm_metrics(text), repeat=1)

@@ -17,12 +17,6 @@ import pytest
 from aiohttp import web
 
 from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.vllm.fetch import (
-    VllmBodyTooLarge,
-    VllmScrapeError,
-    fetch_text,
-    redact_url,
-)
 from exporter.collectors.vllm.kv_endpoints import (
     KvEventEndpoint,
     allowed_endpoints,
@@ -45,6 +39,12 @@ from exporter.collectors.vllm.metrics import (
     parse_vllm_metrics,
 )
 from exporter.collectors.vllm.offload import offload_region_bytes, offload_regions
+from exporter.collectors.vllm.reading import (
+    VllmBodyTooLarge,
+    VllmScrapeError,
+    fetch_text,
+    redact_url,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 GOLDEN = Path(__file__).parent / "golden" / "vllm"

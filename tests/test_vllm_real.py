@@ -26,11 +26,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.vllm.fetch import fetch_text
 from exporter.collectors.vllm.kv_endpoints import fetch_kv_event_sources
 from exporter.collectors.vllm.kv_events import KvBlockTracker
 from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
 from exporter.collectors.vllm.metrics import GPU, parse_vllm_metrics
+from exporter.collectors.vllm.reading import fetch_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 from vllm_model import WORDS, kv_events_config, server_env

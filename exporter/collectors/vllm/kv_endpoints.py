@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from exporter.collectors.vllm.fetch import fetch_text
 from exporter.collectors.vllm.metrics import VllmParseError
+from exporter.collectors.vllm.reading import fetch_text
 
 
 def _connect_hostport(host: str, port: int) -> str:

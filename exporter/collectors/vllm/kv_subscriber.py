@@ -47,7 +47,10 @@ RATE_BURST_BYTES = 2 << 20
 
 
 @dataclass
-class TokenBucket:
+class DecodeBudget:
+    """Bytes of one publisher's messages that may be decoded: ``rate`` per second, up to
+    ``burst`` at once (a token bucket)."""
+
     rate: float
     burst: float
     tokens: float = 0.0
@@ -128,8 +131,8 @@ class KvEventSubscriber:
     connected: bool = False
     ever_connected: bool = False
     limits: Limits = LIMITS
-    rate: TokenBucket = field(
-        default_factory=lambda: TokenBucket(RATE_BYTES_PER_S, RATE_BURST_BYTES))
+    rate: DecodeBudget = field(
+        default_factory=lambda: DecodeBudget(RATE_BYTES_PER_S, RATE_BURST_BYTES))
 
     def __post_init__(self) -> None:
         if self.tracker.default_engine == "0":

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from exporter.collectors.procfs import ProcfsData
 from exporter.collectors.proctree import netns, start_time
 from exporter.collectors.sockets import ListenSocket, listening_of, parse_listening
-from exporter.collectors.vllm.fetch import redact_url
 from exporter.collectors.vllm.identity import ApiServer
 from exporter.collectors.vllm.kv_endpoints import base_url
+from exporter.collectors.vllm.reading import redact_url
 from exporter.model import CgroupRef, PodDirectory, PodInfo
 from exporter.paths import HostPaths, read_text
 

@@ -1,7 +1,7 @@
 """vLLM's own /metrics, normalised across releases 0.8.5 to 0.33.
 
 ``parse_vllm_metrics`` is pure: exposition text in, frozen ``VllmStats`` out. Reading the
-body (a total timeout, a size cap, byte budgets) is ``fetch.py``'s job; where a vLLM is
+body (a total timeout, a size cap, byte budgets) is ``reading.py``'s job; where a vLLM is
 reached, ``locate.py``'s; its KV cache events, ``kv_events.py``'s.
 
 What vLLM really emits, checked in its source (vllm/v1/metrics/loggers.py, v1/engine/utils.py

@@ -15,7 +15,6 @@ import aiohttp
 from exporter.catalog import MEDIUM_CPU
 from exporter.collectors import procfs
 from exporter.collectors.vllm import metrics as vm
-from exporter.collectors.vllm.fetch import ByteBudget, Reservation, VllmScrapeError, fetch_text
 from exporter.collectors.vllm.kv_endpoints import (
     KvEventEndpoint,
     allowed_endpoints,
@@ -34,6 +33,7 @@ from exporter.collectors.vllm.locate import (
     looks_like_vllm,
 )
 from exporter.collectors.vllm.offload import offload_region_bytes
+from exporter.collectors.vllm.reading import ByteBudget, Reservation, VllmScrapeError, fetch_text
 from exporter.paths import HostPaths, read_bytes
 from exporter.settings import Settings, parse_duration, parse_size, positive, repeated, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec
