@@ -8,7 +8,9 @@ stalls a process with hundreds of GB mapped (a vLLM worker with pinned memory).
 Processes are named from /proc/PID/cmdline (comm is cut at 15 characters): a vLLM title
 ``VLLM::EngineCore_DP1`` gives ``EngineCore_DP1``; the un-retitled ``vllm serve`` main
 process gives ``APIServer``; anything else its executable's name. Processes of one name are
-summed; beyond a per-cgroup cap the smallest names are folded into ``other``.
+summed; beyond a per-cgroup cap the smallest names are folded into ``other``. This module
+reads the facts (pids, command lines, parents, memory); which processes are vLLM's and what
+each one is, ``collectors/vllm/identity.py`` decides.
 """
 
 from __future__ import annotations

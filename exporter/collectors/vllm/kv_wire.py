@@ -36,7 +36,7 @@ class KvEventDecodeError(ValueError):
 # --- decoding ------------------------------------------------------------------------
 
 MAX_DP_RANK = 1 << 16  # a rank beyond this is not a real engine: the batch is garbage
-# Work per batch is bounded whatever a publisher sends (R1). A real vLLM step stores or
+# Work per batch is bounded whatever a publisher sends. A real vLLM step stores or
 # evicts at most a few thousand blocks (max_num_batched_tokens / block_size, plus one
 # BlockRemoved per evicted block): events and hashes beyond these are dropped and counted
 # as overflow. An array longer than MAX_ARRAY_LEN cannot be vLLM's: the batch is garbage.

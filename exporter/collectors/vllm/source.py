@@ -84,8 +84,8 @@ KEY: Key[VllmData] = Key("vllm")
 NOT_VLLM_TTL = 300.0  # seconds a port that answered without vLLM series is not probed again
 # A port that timed out or failed is left alone for 30 s, doubling per failure up to 10 min.
 FAIL_BACKOFF, FAIL_BACKOFF_MAX = 30.0, 600.0
-MAX_SERVERS_PER_POD = 4  # vLLM API servers read per pod (a pod of six was an attack, R4)
-MAX_PROBES_PER_POD = 8  # ports probed per pod per scrape, over all its API servers (R3)
+MAX_SERVERS_PER_POD = 4  # vLLM API servers read per pod (more is an attack, not a vLLM)
+MAX_PROBES_PER_POD = 8  # ports probed per pod per scrape, over all its API servers
 
 
 @dataclass
