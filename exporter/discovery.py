@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.collectors.procfs import CMDLINE_MAX_BYTES, split_cmdline
+from exporter.collectors.procfacts import CMDLINE_MAX_BYTES, split_cmdline
 from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.model import CgroupRef
 from exporter.paths import (

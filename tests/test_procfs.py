@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from exporter.collectors.procfacts import (
+    parse_cgroup_procs,
+    parse_smaps_rollup,
+    parse_status,
+    split_cmdline,
+)
 from exporter.collectors.procfs import (
     ProcfsCollector,
     ProcfsSettings,
     group_processes,
-    parse_cgroup_procs,
-    parse_smaps_rollup,
-    parse_status,
     process_name,
-    split_cmdline,
 )
 from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.model import CgroupRef, ProcessPss, ProcessStatus

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.proctree import parse_pid_stat
+from exporter.collectors.procfacts import parse_pid_stat, split_cmdline
 from exporter.collectors.sockets import (
     ListenSocket,
     listening_of,

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.procfs import split_cmdline
+from exporter.collectors.procfacts import split_cmdline
 from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.paths import self_memory_cgroup
 from tests.conftest import HOSTS

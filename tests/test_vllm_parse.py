@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.collectors.procfs import split_cmdline
+from exporter.collectors.procfacts import split_cmdline
 from exporter.collectors.vllm.kv_endpoints import (
     KvEventEndpoint,
     allowed_endpoints,

@@ -22,7 +22,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from exporter.catalog import OTHER_PROCESS
-from exporter.collectors.proctree import parse_pid_stat
+from exporter.collectors.procfacts import (
+    CMDLINE_MAX_BYTES,
+    parse_cgroup_procs,
+    parse_pid_stat,
+    parse_smaps_rollup,
+    parse_status,
+    split_cmdline,
+)
 from exporter.collectors.vllm.identity import (
     API_SERVER,
     ApiServer,
@@ -38,18 +45,7 @@ from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, re
 from exporter.settings import Settings, at_least, parse_duration, parse_size, positive, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
 
-# A command line is read up to this much: enough for a title or `vllm serve` and its
-# flags; a process may hold megabytes there (ARG_MAX).
-CMDLINE_MAX_BYTES = 64 << 10
 ARGS_KEPT, ARG_MAX_CHARS = 128, 512
-
-
-def split_cmdline(raw: bytes) -> list[str]:
-    """/proc/PID/cmdline -> argv (a retitled process is one padded title: split on space)."""
-    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-    if len(parts) == 1 and " " in parts[0]:
-        return parts[0].split()
-    return parts
 
 
 def process_name(argv: Sequence[str], comm: str) -> str:
@@ -66,55 +62,6 @@ def process_name(argv: Sequence[str], comm: str) -> str:
     words = argv[0].split(maxsplit=1)
     return bounded(os.path.basename(words[0])) if words and os.path.basename(words[0]) \
         else fallback
-
-
-def _kb_after(text: str, key: str) -> int | None:
-    """The number after ``\n<key>`` in a status file, in bytes (str.find: C speed)."""
-    i = text.find(key)
-    if i < 0:
-        return None
-    return int(text[i + len(key): text.index("kB", i)]) * 1024
-
-
-def parse_status(text: str) -> tuple[str, int, int, int, int] | None:
-    """(Name, rss_anon, rss_file, rss_shmem, swap) in bytes; None for a zombie or kernel
-    thread (no Rss lines). Runs for every process on every scrape, hence plain finds: the
-    three Rss lines have been adjacent since Linux 4.5, split as one slice."""
-    i = text.find("\nRssAnon:")
-    if i < 0:
-        return None
-    name = text[6: text.find("\n")] if text.startswith("Name:\t") else ""
-    f = text[i: i + 160].split()
-    if len(f) >= 8 and f[3] == "RssFile:" and f[6] == "RssShmem:":
-        anon, file, shmem = int(f[1]) * 1024, int(f[4]) * 1024, int(f[7]) * 1024
-    else:  # another layout: look each one up
-        anon = _kb_after(text, "\nRssAnon:") or 0
-        file = _kb_after(text, "\nRssFile:") or 0
-        shmem = _kb_after(text, "\nRssShmem:") or 0
-    return name, anon, file, shmem, _kb_after(text, "\nVmSwap:") or 0
-
-
-def parse_smaps_rollup(text: str) -> ProcessPss:
-    fields: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
-            words = rest.split()
-            if not words:  # only ValueError may leave a parser (fuzz tier)
-                raise ValueError(f"smaps_rollup: {key} has no value")
-            fields[key] = int(words[0]) * 1024
-    if not fields:
-        raise ValueError("smaps_rollup has no Pss_Anon/Pss_File/Pss_Shmem (kernel < 5.7?)")
-    return ProcessPss(
-        anon=fields.get("Pss_Anon", 0),
-        file=fields.get("Pss_File", 0),
-        shmem=fields.get("Pss_Shmem", 0),
-    )
-
-
-def parse_cgroup_procs(text: str) -> list[int]:
-    # isascii: str.isdigit() also accepts digits int() refuses ("¹").
-    return [n for n in (int(w) for w in text.split() if w.isascii() and w.isdigit()) if n]
 
 
 def group_processes(

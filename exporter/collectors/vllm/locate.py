@@ -33,8 +33,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from exporter.collectors.procfacts import netns, start_time
 from exporter.collectors.procfs import ProcfsData
-from exporter.collectors.proctree import netns, start_time
 from exporter.collectors.sockets import ListenSocket, listening_of, parse_listening
 from exporter.collectors.vllm.identity import ApiServer
 from exporter.collectors.vllm.kv_endpoints import base_url
