@@ -22,8 +22,10 @@ from exporter.collectors.vllm.kv_wire import (
     BlockStored,
     KvEventBatch,
     KvEventDecodeError,
+    Message,
     decode_batch,
     is_replay_end,
+    read_message,
     replay_frames,
 )
 
@@ -85,29 +87,6 @@ class TrackerStats:
 
 
 MediumKey = tuple[str, str]  # (engine, medium)
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message read off the wire: its sequence number and batch, or why not."""
-
-    seq: int | None  # None: the frames are not [topic, seq, payload]
-    batch: KvEventBatch | None  # None: garbage (``error`` says why)
-    error: str = ""
-
-
-def read_message(frames: Sequence[bytes], *, replay: bool = False) -> Message:
-    """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``),
-    decoded. Pure and thread-safe: the subscriber runs it off the event loop."""
-    if replay:
-        frames = replay_frames(frames) or [b"", b"", b""]
-    if len(frames) != 3 or len(frames[1]) != 8:
-        return Message(None, None, f"{len(frames)} frames")
-    seq = int.from_bytes(frames[1], "big", signed=True)
-    try:
-        return Message(seq, decode_batch(frames[2]))
-    except KvEventDecodeError as exc:
-        return Message(seq, None, str(exc))
 
 
 @dataclass

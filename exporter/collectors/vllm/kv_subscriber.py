@@ -16,11 +16,9 @@ from exporter.collectors.vllm.kv_events import (
     KvBlockTracker,
     LostReason,
     MediumKey,
-    Message,
     Outcome,
-    is_replay_end,
-    read_message,
 )
+from exporter.collectors.vllm.kv_wire import Message, is_replay_end, read_message
 from exporter.collectors.vllm.zmtp import Limits, ZmtpConnection, ZmtpError, ZmtpLimitError
 
 log = logging.getLogger("exporter.collectors.vllm.kv_events")
