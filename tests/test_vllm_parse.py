@@ -374,7 +374,7 @@ def test_path_and_scheme_from_annotations(annotations: dict[str, str],
 
 
 def test_kv_endpoints_only_on_ports_the_vllm_listens_on() -> None:
-    """F10: a vLLM's own answer (/kv_event_sources) cannot send us to another port."""
+    """A vLLM's own answer (/kv_event_sources) cannot send us to another port."""
     eps = (KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
            KvEventEndpoint(1, "tcp://10.0.0.7:22", None),
            KvEventEndpoint(2, "tcp://10.0.0.7:5559", "tcp://10.0.0.7:10250"))
