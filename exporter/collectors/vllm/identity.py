@@ -1,6 +1,6 @@
 """Is this process a vLLM, and which role does it play: the one place that knows.
 
-procfs and proctree read the facts (command lines, parents); this module decides, from
+procfs and procfacts read the facts (command lines, parents); this module decides, from
 those facts alone, which processes are vLLM's and what each one is.
 
 vLLM retitles the processes it starts (``setproctitle``, vllm/utils/system_utils.py):
