@@ -58,10 +58,11 @@ class Body:
 
 def metrics_read(body: bytes) -> Callable[[], object]:
     from exporter.collectors.vllm import metrics as vm
+    from exporter.collectors.vllm import reading
 
     def go() -> object:
-        text = asyncio.run(vm.read_capped(Body(body), 8 << 20,  # type: ignore[arg-type]
-                                          filter_lines=True))
+        text = asyncio.run(reading.read_capped(Body(body), 8 << 20,  # type: ignore[arg-type]
+                                             filter_lines=True))
         return vm.parse_vllm_metrics(text.decode())
     return go
 

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.collectors.procfs import CMDLINE_MAX_BYTES, is_vllm_process, split_cmdline
+from exporter.collectors.procfacts import CMDLINE_MAX_BYTES, split_cmdline
+from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.model import CgroupRef
 from exporter.paths import (
     CgroupLayoutError,
@@ -44,7 +45,7 @@ def scan_vllm_processes(paths: HostPaths, ns_root: str | None = None) -> dict[st
     for entry in entries:
         try:
             argv = split_cmdline(read_bytes(entry / "cmdline", limit=CMDLINE_MAX_BYTES))
-            if not is_vllm_process(argv):
+            if not is_vllm_cmdline(argv):
                 continue
             cgroup = resolve_cgroup(self_memory_cgroup(paths.procfs, entry.name), ns_root)
         except (OSError, CgroupLayoutError):

@@ -6,7 +6,7 @@ is grouped, cached or recorded: truncated to ``LABEL_MAX`` characters with a vis
 marker (so two long names with one prefix become one series, summed, rather than two
 colliding ones), with control and bidirectional-override characters shown as escapes
 (a raw ESC or RTL override in a label value rewrites what a terminal or a dashboard
-shows). Red-team F2 and the info item on ESC/RTL in label values.
+shows).
 """
 
 from __future__ import annotations

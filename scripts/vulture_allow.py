@@ -31,12 +31,5 @@ MEMORY_EVENTS
 PRESSURE_LEVELS
 KV_MEDIA
 
-# KV-event tracker statistics, counted now and exported as
-# headroom_vllm_kv_events_lost_total{reason} (design.md section 7).
-batches
-duplicates
-_.batches
-_.duplicates
-
 # alerts/scenarios.py moves under tests/ with the alerts rewrite (issue 9 item 6).
 at_limit

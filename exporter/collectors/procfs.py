@@ -8,7 +8,9 @@ stalls a process with hundreds of GB mapped (a vLLM worker with pinned memory).
 Processes are named from /proc/PID/cmdline (comm is cut at 15 characters): a vLLM title
 ``VLLM::EngineCore_DP1`` gives ``EngineCore_DP1``; the un-retitled ``vllm serve`` main
 process gives ``APIServer``; anything else its executable's name. Processes of one name are
-summed; beyond a per-cgroup cap the smallest names are folded into ``other``.
+summed; beyond a per-cgroup cap the smallest names are folded into ``other``. This module
+reads the facts (pids, command lines, parents, memory); which processes are vLLM's and what
+each one is, ``collectors/vllm/identity.py`` decides.
 """
 
 from __future__ import annotations
@@ -20,7 +22,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from exporter.catalog import OTHER_PROCESS
-from exporter.collectors.proctree import api_servers, engine_title, parse_stat
+from exporter.collectors.procfacts import (
+    CMDLINE_MAX_BYTES,
+    parse_cgroup_procs,
+    parse_pid_stat,
+    parse_smaps_rollup,
+    parse_status,
+    split_cmdline,
+)
+from exporter.collectors.vllm.identity import (
+    API_SERVER,
+    ApiServer,
+    engine_title,
+    find_api_servers,
+    is_api_server_cmdline,
+    vllm_process_name,
+)
 from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
 from exporter.labels import bounded
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
@@ -28,111 +45,23 @@ from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, re
 from exporter.settings import Settings, at_least, parse_duration, parse_size, positive, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
 
-VLLM_TITLE_PREFIX = "VLLM::"
-# A command line is read up to this much: enough for a title or `vllm serve` and its
-# flags; a process may hold megabytes there (ARG_MAX).
-CMDLINE_MAX_BYTES = 64 << 10
 ARGS_KEPT, ARG_MAX_CHARS = 128, 512
-_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
-
-
-def split_cmdline(raw: bytes) -> list[str]:
-    """/proc/PID/cmdline -> argv (a retitled process is one padded title: split on space)."""
-    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-    if len(parts) == 1 and " " in parts[0]:
-        return parts[0].split()
-    return parts
 
 
 def process_name(argv: Sequence[str], comm: str) -> str:
     """The contract's ``process`` label from a command line (comm when it is empty or
     blank), bounded and escaped (``labels.bounded``): argv[0] is the process's choice,
-    whitespace (``exec -a ' '``, red-team F1) and 128 KiB (F2) included."""
+    whitespace (``exec -a ' '``) and 128 KiB included. A vLLM process is named by the
+    vLLM package (``vllm.identity``)."""
     fallback = bounded(comm.strip()) or "unknown"
     if not argv:
         return fallback
-    first = argv[0]
-    if first.startswith(VLLM_TITLE_PREFIX):
-        # A retitled process: the title may be padded, or carry spaces from setproctitle.
-        title = first[len(VLLM_TITLE_PREFIX):].split(maxsplit=1)
-        return bounded(title[0]) if title else "vllm"
-    if is_vllm_api_server(argv):
-        return "APIServer"
-    words = first.split(maxsplit=1)
+    vllm = vllm_process_name(argv)
+    if vllm is not None:
+        return vllm
+    words = argv[0].split(maxsplit=1)
     return bounded(os.path.basename(words[0])) if words and os.path.basename(words[0]) \
         else fallback
-
-
-def is_vllm_api_server(argv: Sequence[str]) -> bool:
-    """``vllm serve ...`` (a script, via an interpreter or behind an init like tini), or
-    ``python -m`` one of the API server modules. The one test, shared by process naming
-    and the vLLM collector's endpoint discovery. Linear in argv (a 64 KiB command line
-    of "-m vllm.entrypoints.cli.main" pairs cost 90 ms when each looked ahead for
-    "serve")."""
-    last_serve = max((i for i, a in enumerate(argv) if a == "serve"), default=-1)
-    for i, arg in enumerate(argv):
-        base = arg.rsplit("/", 1)[-1]
-        nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if base == "vllm" and nxt == "serve":
-            return True
-        if arg == "-m" and nxt in _API_SERVER_MODULES:
-            return True
-        if arg == "-m" and nxt == "vllm.entrypoints.cli.main" and last_serve >= i + 2:
-            return True
-    return False
-
-
-def is_vllm_process(argv: Sequence[str]) -> bool:
-    return bool(argv) and (argv[0].startswith(VLLM_TITLE_PREFIX) or is_vllm_api_server(argv))
-
-
-def _kb_after(text: str, key: str) -> int | None:
-    """The number after ``\n<key>`` in a status file, in bytes (str.find: C speed)."""
-    i = text.find(key)
-    if i < 0:
-        return None
-    return int(text[i + len(key): text.index("kB", i)]) * 1024
-
-
-def parse_status(text: str) -> tuple[str, int, int, int, int] | None:
-    """(Name, rss_anon, rss_file, rss_shmem, swap) in bytes; None for a zombie or kernel
-    thread (no Rss lines). Runs for every process on every scrape, hence plain finds: the
-    three Rss lines have been adjacent since Linux 4.5, split as one slice."""
-    i = text.find("\nRssAnon:")
-    if i < 0:
-        return None
-    name = text[6: text.find("\n")] if text.startswith("Name:\t") else ""
-    f = text[i: i + 160].split()
-    if len(f) >= 8 and f[3] == "RssFile:" and f[6] == "RssShmem:":
-        anon, file, shmem = int(f[1]) * 1024, int(f[4]) * 1024, int(f[7]) * 1024
-    else:  # another layout: look each one up
-        anon = _kb_after(text, "\nRssAnon:") or 0
-        file = _kb_after(text, "\nRssFile:") or 0
-        shmem = _kb_after(text, "\nRssShmem:") or 0
-    return name, anon, file, shmem, _kb_after(text, "\nVmSwap:") or 0
-
-
-def parse_smaps_rollup(text: str) -> ProcessPss:
-    fields: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
-            words = rest.split()
-            if not words:  # only ValueError may leave a parser (fuzz tier)
-                raise ValueError(f"smaps_rollup: {key} has no value")
-            fields[key] = int(words[0]) * 1024
-    if not fields:
-        raise ValueError("smaps_rollup has no Pss_Anon/Pss_File/Pss_Shmem (kernel < 5.7?)")
-    return ProcessPss(
-        anon=fields.get("Pss_Anon", 0),
-        file=fields.get("Pss_File", 0),
-        shmem=fields.get("Pss_Shmem", 0),
-    )
-
-
-def parse_cgroup_procs(text: str) -> list[int]:
-    # isascii: str.isdigit() also accepts digits int() refuses ("¹").
-    return [n for n in (int(w) for w in text.split() if w.isascii() and w.isdigit()) if n]
 
 
 def group_processes(
@@ -190,20 +119,13 @@ class ProcfsData:
     groups: Mapping[str, tuple[ProcessGroup, ...]]  # cgroup path -> groups
     processes: Mapping[str, tuple[ProcessStatus, ...]]  # cgroup path -> processes (by pid)
     hidden: int = 0  # pids listed as 0: processes in a pid namespace we cannot see
-    # cgroup path -> the command line of a vLLM API server in it (for vLLM before 0.32,
-    # whose KV-event ports only its flags tell; they are checked against its sockets)
-    vllm_argv: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # cgroup path -> vLLM API servers in it: the processes whose children are vLLM engine
-    # processes (VLLM::EngineCore*, VLLM::Worker*), whatever their command line; with the
-    # pids of those engine processes
-    vllm_servers: Mapping[str, tuple[VllmServer, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class VllmServer:
-    pid: int
-    engines: tuple[int, ...]  # its VLLM::EngineCore* / Worker* / DPCoordinator processes
-    engine_cores: tuple[int, ...]  # the EngineCore* ones (they hold the KV-event sockets)
+    # What the vLLM package decided from the command lines and parents read here (one pass
+    # over /proc; the names above need it): cgroup path -> the command line of a vLLM API
+    # server in it (for vLLM before 0.32, whose KV-event ports only its flags tell; they
+    # are checked against its sockets), and cgroup path -> its API servers (found by the
+    # engine processes they started, whatever their command line)
+    api_server_argv: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    api_servers: Mapping[str, tuple[ApiServer, ...]] = field(default_factory=dict)
 
 
 MAX_TREE = 512  # processes of one container whose parents are read to find an API server
@@ -226,7 +148,7 @@ class ProcfsCollector:
         self._pss: dict[int, tuple[float, str, ProcessPss]] = {}  # pid -> (when, comm, pss)
         self._hidden = 0
         self._api_argv: dict[int, tuple[str, ...]] = {}  # pid -> argv of vLLM API servers
-        self._engines: dict[int, str] = {}  # pid -> engine title (EngineCore, Worker_TP0)
+        self._engines: dict[int, str] = {}  # pid -> vLLM engine title (EngineCore, Worker_TP0)
         self._files = OpenFiles()  # /proc/PID/status stays open between scrapes
 
     def pids(self, h: MemoryHierarchy, ref: CgroupRef) -> list[int]:
@@ -266,7 +188,7 @@ class ProcfsCollector:
                                                 limit=CMDLINE_MAX_BYTES))
                 name = process_name(argv, comm)
                 self._names[key] = name
-                if is_vllm_api_server(argv):
+                if is_api_server_cmdline(argv):
                     # Kept per process: bounded, whatever the command line holds.
                     self._api_argv[pid] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
                 else:
@@ -281,8 +203,8 @@ class ProcfsCollector:
         return ProcessStatus(pid, name, *status[1:])
 
     def _live_thread_status(self, pid: int) -> tuple[str, int, int, int, int] | None:
-        """A zombie leader whose other threads run (red-team F6: a container's main
-        thread called pthread_exit): the memory is the thread group's, read through a
+        """A zombie leader whose other threads run (a container's main thread called
+        pthread_exit): the memory is the thread group's, read through a
         live thread."""
         task = self._paths.proc_file(pid, "task")
         try:
@@ -302,8 +224,8 @@ class ProcfsCollector:
         self._paths.require_procfs()
         groups: dict[str, tuple[ProcessGroup, ...]] = {}
         processes: dict[str, tuple[ProcessStatus, ...]] = {}
-        vllm_argv: dict[str, tuple[str, ...]] = {}
-        vllm_servers: dict[str, tuple[VllmServer, ...]] = {}
+        api_argv: dict[str, tuple[str, ...]] = {}
+        api_servers: dict[str, tuple[ApiServer, ...]] = {}
         live: set[int] = set()
         now = self._clock()
         self._hidden = 0
@@ -318,55 +240,50 @@ class ProcfsCollector:
                     continue
                 procs.append(p)
                 live.add(pid)
-                if pid in self._api_argv and ref.path not in vllm_argv:
-                    vllm_argv[ref.path] = self._api_argv[pid]
+                if pid in self._api_argv and ref.path not in api_argv:
+                    api_argv[ref.path] = self._api_argv[pid]
                 budget -= self._refresh_pss(p, now, budget)
-            servers = self._vllm_servers(procs)
+            servers = self._api_servers(procs)
             if servers:
-                vllm_servers[ref.path] = servers
+                api_servers[ref.path] = servers
                 procs = self._name_api_servers(procs, servers)
-                if ref.path not in vllm_argv:
+                if ref.path not in api_argv:
                     with contextlib.suppress(OSError):
                         argv = split_cmdline(read_bytes(
                             self._paths.proc_file(servers[0].pid, "cmdline")))
-                        vllm_argv[ref.path] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
+                        api_argv[ref.path] = tuple(a[:ARG_MAX_CHARS] for a in argv[:ARGS_KEPT])
             pss = {p.pid: self._pss[p.pid][2] for p in procs if p.pid in self._pss}
             groups[ref.path] = group_processes(procs, pss, self._settings.max_processes)
             processes[ref.path] = tuple(procs)
         self._forget(live)
         self._files.sweep()
-        return ProcfsData(groups, processes, self._hidden, vllm_argv, vllm_servers)
+        return ProcfsData(groups, processes, self._hidden, api_argv, api_servers)
 
-    def _vllm_servers(self, procs: Sequence[ProcessStatus]) -> tuple[VllmServer, ...]:
-        """The API servers among a container's processes: ancestors of its engine
-        processes (their parents read from /proc/PID/stat only in containers that have
-        engine processes)."""
+    def _api_servers(self, procs: Sequence[ProcessStatus]) -> tuple[ApiServer, ...]:
+        """The vLLM API servers among a container's processes, as the vLLM package finds
+        them from their parents (read from /proc/PID/stat only in containers that have
+        vLLM engine processes)."""
         if not any(p.pid in self._engines for p in procs):
             return ()
         ppids: dict[int, int] = {}
-        argvs: dict[int, Sequence[str]] = {}
         for p in procs[:MAX_TREE]:
             try:
-                st = parse_stat(read_text(self._paths.proc_file(p.pid, "stat")))
+                st = parse_pid_stat(read_text(self._paths.proc_file(p.pid, "stat")))
             except OSError:
                 continue
             if st is not None:
                 ppids[p.pid] = st.ppid
-                title = self._engines.get(p.pid)
-                argvs[p.pid] = (f"{VLLM_TITLE_PREFIX}{title}",) if title else ()
-        return tuple(
-            VllmServer(server, tuple(engines), tuple(
-                e for e in engines if self._engines.get(e, "").startswith("EngineCore")))
-            for server, engines in sorted(api_servers(ppids, argvs).items()))
+        return find_api_servers(ppids, {pid: self._engines[pid] for pid in ppids
+                                        if pid in self._engines})
 
     @staticmethod
     def _name_api_servers(procs: Sequence[ProcessStatus],
-                          servers: Sequence[VllmServer]) -> list[ProcessStatus]:
+                          servers: Sequence[ApiServer]) -> list[ProcessStatus]:
         """The contract's ``APIServer`` for an API server whatever its command line (a
         launcher's process is otherwise named after its executable, e.g. python)."""
         pids = {s.pid for s in servers}
-        return [replace(p, name="APIServer") if p.pid in pids and
-                not p.name.startswith("APIServer") else p for p in procs]
+        return [replace(p, name=API_SERVER) if p.pid in pids and
+                not p.name.startswith(API_SERVER) else p for p in procs]
 
     def _refresh_pss(self, p: ProcessStatus, now: float, budget: int) -> int:
         """Read smaps_rollup when due and small enough; returns reads spent (0 or 1)."""

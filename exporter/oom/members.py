@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.collectors.procfs import (
+from exporter.collectors.procfacts import (
     CMDLINE_MAX_BYTES,
     parse_cgroup_procs,
     parse_status,
-    process_name,
     split_cmdline,
 )
+from exporter.collectors.procfs import process_name
 from exporter.oom.watcher import ProcessEntry
 from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
 

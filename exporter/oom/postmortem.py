@@ -47,7 +47,7 @@ def _engines(v: VllmView) -> list[EngineRecord]:
             for e in v.stats.engines]
 
 
-def labels_of(ref: CgroupRef, pods: PodDirectory | None) -> CgroupLabels:
+def cgroup_labels(ref: CgroupRef, pods: PodDirectory | None) -> CgroupLabels:
     """The labels of a cgroup no scrape has seen yet (found by the sampler)."""
     workload = workload_of(ref, pods)
     if ref.pod_uid is None or ref.is_pod_level:
@@ -71,7 +71,7 @@ class PostMortem:
         if sample.added or sample.removed or sample.found:
             self.watcher.track(
                 {path: (d.pod, d.young) for path, d in sample.added.items()}, sample.removed,
-                {r.path: labels_of(r, self.pods) for r in sample.found})
+                {r.path: cgroup_labels(r, self.pods) for r in sample.found})
         victims = self.kmsg.read_victims() if self.kmsg is not None else []
         self.watcher.check(sample.counters, victims, sample.members, sample.departed,
                            publish=self._publish)

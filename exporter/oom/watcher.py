@@ -112,7 +112,7 @@ def pid_alive(procfs: Path) -> Callable[[int], bool]:
 
 
 @dataclass
-class _Domain:
+class _WatchedDomain:
     pod: str | None  # the pod-level cgroup on v1 (the count kept there), else None
     young: bool
     read_pass: int = 0  # the pass its counters were last read (or it was first followed)
@@ -132,7 +132,7 @@ class OomWatcher:
         self._clock = clock
         self._lock = threading.Lock()
         self.counts: dict[tuple[Workload, str], int] = {}
-        self._domains: dict[str, _Domain] = {}
+        self._domains: dict[str, _WatchedDomain] = {}
         self._pod_kills: dict[str, int] = {}  # v1 pod-level cgroup -> its kill count
         # Kills to name: (domain, seen, pass seen, pass of the previous lower read).
         self._pending: list[tuple[str, float, int, int]] = []
@@ -190,7 +190,7 @@ class OomWatcher:
             for path, (pod, young) in added.items():
                 d = self._domains.get(path)
                 if d is None or d.removed_at is not None:
-                    self._domains[path] = _Domain(pod, young, read_pass=self._pass)
+                    self._domains[path] = _WatchedDomain(pod, young, read_pass=self._pass)
                     if pod is not None:
                         self._pod_kills.setdefault(pod, 0)
             for path in removed:
@@ -261,7 +261,7 @@ class OomWatcher:
     def _count(self, path: str, c: KillCounters, now: float) -> None:
         d = self._domains.get(path)
         if d is None:  # read before ``track`` named it: a tracked cgroup, never young
-            d = self._domains[path] = _Domain(None, young=False, read_pass=self._pass)
+            d = self._domains[path] = _WatchedDomain(None, young=False, read_pass=self._pass)
         since, d.read_pass = d.read_pass, self._pass
         if d.last is None:
             if not d.young:

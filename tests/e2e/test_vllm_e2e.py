@@ -62,8 +62,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import dashboards
 from exporter import catalog as c
-from exporter.collectors.vllm.discovery import pod_ip_from_fib_trie
 from exporter.collectors.vllm.kv_events import KvBlockTracker
+from exporter.collectors.vllm.locate import pod_ip_from_fib_trie
 from tests.e2e.test_e2e_alerting import query_range
 from tests.helpers.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
 from tests.unit.test_dashboards import substitute_var

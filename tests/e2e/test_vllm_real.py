@@ -26,10 +26,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.vllm.discovery import fetch_kv_event_sources
+from exporter.collectors.vllm.kv_endpoints import fetch_kv_event_sources
 from exporter.collectors.vllm.kv_events import KvBlockTracker
 from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
-from exporter.collectors.vllm.metrics import GPU, fetch_text, scrape_vllm
+from exporter.collectors.vllm.metrics import GPU, parse_vllm_metrics
+from exporter.collectors.vllm.reading import fetch_text
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "helpers"))
 from vllm_model import WORDS, kv_events_config, server_env
@@ -157,7 +158,8 @@ def counter(text: str, sample: str) -> float:
 async def test_metrics_of_a_real_vllm(vllm: Vllm) -> None:
     async with aiohttp.ClientSession() as s:
         text = await fetch_text(s, f"{vllm.base}/metrics", timeout=10, max_bytes=4 << 20)
-        stats = await scrape_vllm(s, f"{vllm.base}/metrics", timeout=10)
+        stats = parse_vllm_metrics(await fetch_text(s, f"{vllm.base}/metrics", timeout=10,
+                                                     max_bytes=8 << 20))
     (info,) = info_labels(text, "vllm:cache_config_info")
     (e,) = stats.engines
     assert (e.model_name, e.engine, e.block_size) == ("tiny-model", "0", BLOCK)
@@ -226,15 +228,17 @@ async def test_prefix_cache_blocks_follow_the_engine(vllm: Vllm) -> None:
             await complete(s, vllm.base, prompt(seed, 140))
         await until(lambda: gpu_blocks(tracker) == 2, "2 blocks before the restart")
         seq_before = tracker.last_seq
+        assert seq_before is not None
 
         # kill and restart vLLM: its publisher counts from 0 again, and so do we
         vllm.stop()
         vllm.start()
         await asyncio.sleep(1.0)  # ZMQ reconnects the SUB socket by itself
         await complete(s, vllm.base, prompt(6, 140))
-        await until(lambda: tracker.stats.resets >= 1, "the sequence to start over", 60)
+        await until(lambda: tracker.last_seq is not None and tracker.last_seq < seq_before,
+                    "the sequence to start over", 60)
         await until(lambda: gpu_blocks(tracker) == 1, "1 block after the restart")
-        report.update(seq_before_restart=seq_before, resets=tracker.stats.resets,
+        report.update(seq_before_restart=seq_before, seq_after_restart=tracker.last_seq,
                       blocks_after_restart=gpu_blocks(tracker),
                       garbage=tracker.stats.garbage, lost=tracker.stats.lost_batches)
     assert tracker.stats.garbage == 0

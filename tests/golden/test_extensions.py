@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from exporter.collectors.nvml import NvmlCollector, NvmlSource
-from exporter.collectors.vllm.discovery import pod_ip_from_fib_trie
+from exporter.collectors.vllm.locate import pod_ip_from_fib_trie
 from exporter.collectors.vllm.source import VllmSettings, VllmSource
 from exporter.factory import Exporter
 from exporter.model import ContainerInfo, PodInfo

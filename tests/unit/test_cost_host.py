@@ -27,12 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors.procfs import (
-    CMDLINE_MAX_BYTES,
-    parse_status,
-    process_name,
-    split_cmdline,
-)
+from exporter.collectors.procfacts import CMDLINE_MAX_BYTES, parse_status, split_cmdline
+from exporter.collectors.procfs import process_name
 from exporter.collectors.tmpfs import (
     MOUNTINFO_MAX_BYTES,
     parse_mountinfo,

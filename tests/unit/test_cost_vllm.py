@@ -24,7 +24,8 @@ import msgpack
 import pytest
 
 from exporter.collectors.vllm import metrics as vm
-from exporter.collectors.vllm.discovery import parse_kv_event_sources
+from exporter.collectors.vllm import reading
+from exporter.collectors.vllm.kv_endpoints import parse_kv_event_sources
 from exporter.collectors.vllm.kv_events import KvBlockTracker, read_message
 from exporter.collectors.vllm.zmtp import Limits
 
@@ -76,7 +77,7 @@ def frames(events: list[Any]) -> list[bytes]:
 
 
 KV_SHAPES: dict[str, Callable[[int], list[Any]]] = {
-    # R1: a new KV cache group per event
+    # a new KV cache group per event
     "distinct groups": lambda n: [{"type": "BlockStored", "block_hashes": [i],
                                    "medium": "GPU", "group_idx": i} for i in range(n)],
     # the most events per byte: legacy arrays of one small hash
@@ -124,7 +125,7 @@ METRICS_SHAPES: dict[str, Callable[[int], bytes]] = {
     # series the parser keeps, each with a new engine (at most MAX_KEPT_LINES kept)
     "used series": lambda n: "".join(
         f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
-        for i in range(min(n, vm.MAX_KEPT_LINES))).encode() + b"python_x 1\n" * n,
+        for i in range(min(n, reading.MAX_KEPT_LINES))).encode() + b"python_x 1\n" * n,
     # what a real vLLM has most of: histogram buckets (dropped as they stream)
     "histogram buckets": lambda n: "".join(
         f'vllm:e2e_request_latency_seconds_bucket{{le="{i}",model_name="m"}} {i}\n'
@@ -152,7 +153,7 @@ def read_and_parse(body: bytes) -> None:
     import asyncio
 
     async def go() -> bytes:
-        return await vm.read_capped(Body(body), 64 << 20, filter_lines=True)  # type: ignore[arg-type]
+        return await reading.read_capped(Body(body), 64 << 20, filter_lines=True)  # type: ignore[arg-type]
 
     text = asyncio.run(go())
     vm.parse_vllm_metrics(text.decode("utf-8", "replace"))
@@ -169,14 +170,14 @@ def test_metrics_body_cost_linear(shape: str) -> None:
 def kept(body: bytes) -> bytes:
     import asyncio
 
-    return asyncio.run(vm.read_capped(Body(body), 8 << 20, filter_lines=True))  # type: ignore[arg-type]
+    return asyncio.run(reading.read_capped(Body(body), 8 << 20, filter_lines=True))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("shape", list(METRICS_SHAPES))
 def test_the_largest_metrics_slice_and_parse_hold_the_loop_briefly(shape: str) -> None:
     """The filter of one 64 KiB slice, and the parse of the most an 8 MiB body keeps."""
     body = METRICS_SHAPES[shape](120_000)[:8 << 20]
-    slice_cpu = cpu(lambda: vm.kept_lines(body[:64 << 10]))
+    slice_cpu = cpu(lambda: reading.kept_lines(body[:64 << 10]))
     assert slice_cpu <= LOOP_CPU_S / 10, f"{shape}: {slice_cpu:.3f} s for one slice"
     text = kept(body).decode()
     parse_cpu = cpu(lambda: vm.parse_vllm_metrics(text), repeat=1)

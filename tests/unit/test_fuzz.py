@@ -32,15 +32,13 @@ from exporter.collectors.cgroup import (
 )
 from exporter.collectors.kmsg import parse_kmsg_record
 from exporter.collectors.kube.parse import LineSplitter, decode_watch_event, parse_pod
-from exporter.collectors.procfs import (
-    ProcfsCollector,
-    ProcfsSettings,
+from exporter.collectors.procfacts import (
     parse_cgroup_procs,
     parse_smaps_rollup,
     parse_status,
-    process_name,
     split_cmdline,
 )
+from exporter.collectors.procfs import ProcfsCollector, ProcfsSettings, process_name
 from exporter.collectors.tmpfs import TmpfsSource, parse_mountinfo, pod_tmpfs_mounts
 from exporter.collectors.vllm.kv_events import (
     KvBlockTracker,
@@ -59,7 +57,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None,
                 derandomize=os.environ.get("HEADROOM_FUZZ_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
-LABEL_MAX = 128 + len("...")  # the label-value bound (F2), marker included
+LABEL_MAX = 128 + len("...")  # the label-value bound, marker included
 
 # Text that looks like the real files often enough to reach deep branches.
 KERNELISH = st.text(alphabet=st.sampled_from(

@@ -8,17 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from exporter.collectors.procfacts import (
+    parse_cgroup_procs,
+    parse_smaps_rollup,
+    parse_status,
+    split_cmdline,
+)
 from exporter.collectors.procfs import (
     ProcfsCollector,
     ProcfsSettings,
     group_processes,
-    is_vllm_process,
-    parse_cgroup_procs,
-    parse_smaps_rollup,
-    parse_status,
     process_name,
-    split_cmdline,
 )
+from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.model import CgroupRef, ProcessPss, ProcessStatus
 from exporter.paths import HostPaths
 from tests.conftest import HOSTS
@@ -52,12 +54,12 @@ def test_process_name(cmdline: bytes, comm: str, expected: str) -> None:
     assert process_name(split_cmdline(cmdline), comm) == expected
 
 
-def test_is_vllm_process() -> None:
-    assert is_vllm_process(split_cmdline(b"VLLM::EngineCore\0"))
-    assert is_vllm_process(["/usr/local/bin/vllm", "serve", "m"])
-    assert not is_vllm_process(["/usr/local/bin/vllm", "bench", "serve"])
-    assert not is_vllm_process(["python3", "-m", "vllm.entrypoints.cli.main", "bench"])
-    assert not is_vllm_process([])
+def test_is_vllm_cmdline() -> None:
+    assert is_vllm_cmdline(split_cmdline(b"VLLM::EngineCore\0"))
+    assert is_vllm_cmdline(["/usr/local/bin/vllm", "serve", "m"])
+    assert not is_vllm_cmdline(["/usr/local/bin/vllm", "bench", "serve"])
+    assert not is_vllm_cmdline(["python3", "-m", "vllm.entrypoints.cli.main", "bench"])
+    assert not is_vllm_cmdline([])
 
 
 def test_parse_status_reads_kb_as_bytes() -> None:

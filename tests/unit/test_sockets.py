@@ -10,15 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.proctree import (
-    api_server_of,
-    api_servers,
-    children,
-    descendants,
-    engine_title,
-    parse_stat,
-)
+from exporter.collectors.procfacts import parse_pid_stat, split_cmdline
 from exporter.collectors.sockets import (
     ListenSocket,
     listening_of,
@@ -26,6 +18,7 @@ from exporter.collectors.sockets import (
     parse_listening,
     socket_inode,
 )
+from exporter.collectors.vllm.identity import api_server_of, api_servers, engine_title
 from exporter.collectors.vllm.locate import (
     Candidate,
     annotation_ports,
@@ -164,12 +157,12 @@ STATS = [
 
 @pytest.mark.parametrize(("text", "expected"), STATS)
 def test_parse_stat(text: str, expected: tuple[int, str, str, int] | None) -> None:
-    got = parse_stat(text)
+    got = parse_pid_stat(text)
     assert (None if got is None else (got.pid, got.comm, got.state, got.ppid)) == expected
 
 
 def test_parse_stat_of_this_process() -> None:
-    st = parse_stat(Path("/proc/self/stat").read_text())
+    st = parse_pid_stat(Path("/proc/self/stat").read_text())
     assert st is not None and (st.pid, st.ppid) == (os.getpid(), os.getppid())
 
 
@@ -251,15 +244,6 @@ def test_a_cycle_ends() -> None:
     assert api_server_of(1, ppids, argvs) is None
 
 
-def test_children_and_descendants() -> None:
-    ppids = {2: 1, 3: 1, 4: 2, 5: 4, 6: 9}
-    kids = children(ppids)
-    assert kids == {1: [2, 3], 2: [4], 4: [5], 9: [6]}
-    assert descendants(1, kids) == [2, 3, 4, 5]
-    assert descendants(1, kids, limit=2) == [2, 3]
-    assert descendants(6, kids) == []
-
-
 
 # --- where to reach a vLLM (vllm_locate) ------------------------------------------------
 
@@ -331,7 +315,7 @@ def test_a_launcher_tree_captured_live() -> None:
     procs = cap["processes"]
     ppids, argvs = {}, {}
     for pid, p in procs.items():
-        st = parse_stat(p["stat"])
+        st = parse_pid_stat(p["stat"])
         assert st is not None
         ppids[int(pid)] = st.ppid
         argvs[int(pid)] = split_cmdline(p["cmdline"].encode("latin1"))

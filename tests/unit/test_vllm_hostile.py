@@ -1,8 +1,8 @@
 """A hostile node against the vLLM source, through a real ``headroom serve`` (issue 10):
 
-- F9: credentials in ``--vllm.endpoint`` never reach a label or a log line;
-- F10: no connection to an address a process merely writes in its command line;
-- F11: a vLLM with thousands of model names cannot grow the exposition.
+- credentials in ``--vllm.endpoint`` never reach a label or a log line;
+- no connection to an address a process merely writes in its command line;
+- a vLLM with thousands of model names cannot grow the exposition.
 
 Each plants the hostile input, runs the exporter as a user would, and watches what it
 does (an accepting socket records every connection attempt).
@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collectors.procfs import is_vllm_process, split_cmdline
+from exporter.collectors.procfacts import split_cmdline
+from exporter.collectors.vllm.identity import is_vllm_cmdline
 from exporter.paths import self_memory_cgroup
 from tests.conftest import HOSTS
 from tests.helpers.kernel import KernelUnavailable, kube_tree
@@ -100,7 +101,7 @@ def quiet_host(tmp_path: Path) -> tuple[str, ...]:
     shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
     for entry in (root / "proc").iterdir():
         cmdline = entry / "cmdline"
-        if entry.name.isdigit() and cmdline.is_file() and is_vllm_process(
+        if entry.name.isdigit() and cmdline.is_file() and is_vllm_cmdline(
                 split_cmdline(cmdline.read_bytes())):
             shutil.rmtree(entry)
     return (f"--path.procfs={root / 'proc'}", f"--path.cgroupfs={root / 'sys/fs/cgroup'}")
@@ -162,7 +163,7 @@ def exporter(tmp_path: Path, *flags: str, launch: list[str] | None = None,
             proc.wait(10)
 
 
-# --- F10 --------------------------------------------------------------------------------
+# --- no address from a command line ------------------------------------------------------
 
 
 def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
@@ -198,7 +199,7 @@ def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
         f"{len(http.accepted)} to the --port, {len(kv.accepted)} to the KV-event port\n{log}")
 
 
-# --- F9 ---------------------------------------------------------------------------------
+# --- credentials stay out of labels and logs -------------------------------------------
 
 USER, SECRET = "scraper", "s3cr3t-Pa55"
 
@@ -256,7 +257,7 @@ def test_f9_credentials_never_in_labels_or_logs(tmp_path: Path) -> None:
         assert f"{USER}:" not in body, f"user:password is in the {where}"
 
 
-# --- F11 --------------------------------------------------------------------------------
+# --- thousands of model names ----------------------------------------------------------
 
 
 def many_models_body(n: int) -> str:

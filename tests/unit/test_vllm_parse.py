@@ -16,10 +16,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.collectors.procfs import split_cmdline
-from exporter.collectors.vllm.discovery import (
+from exporter.collectors.procfacts import split_cmdline
+from exporter.collectors.vllm.kv_endpoints import (
     KvEventEndpoint,
-    _path_and_scheme,
     allowed_endpoints,
     base_url,
     connect_form,
@@ -28,21 +27,24 @@ from exporter.collectors.vllm.discovery import (
     offset_endpoint,
     parse_kv_event_sources,
 )
+from exporter.collectors.vllm.locate import _path_and_scheme
 from exporter.collectors.vllm.metrics import (
     CPU,
     GPU,
     MAX_ENGINES,
     MAX_LABEL_CHARS,
-    VllmBodyTooLarge,
     VllmParseError,
-    VllmScrapeError,
     VllmStats,
     bounded_label,
     parse_vllm_metrics,
-    redact_url,
-    scrape_vllm,
 )
 from exporter.collectors.vllm.offload import offload_region_bytes, offload_regions
+from exporter.collectors.vllm.reading import (
+    VllmBodyTooLarge,
+    VllmScrapeError,
+    fetch_text,
+    redact_url,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
 GOLDEN = Path(__file__).parents[1] / "golden" / "vllm"
@@ -295,6 +297,13 @@ async def server() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
+async def scrape_vllm(session: aiohttp.ClientSession, url: str, *, timeout: float,
+                      max_bytes: int = 8 << 20) -> VllmStats:
+    """Read and parse one /metrics, as the source does (without its budgets)."""
+    return parse_vllm_metrics(await fetch_text(session, url, timeout=timeout,
+                                               max_bytes=max_bytes))
+
+
 async def test_scrape_ok(server: str) -> None:
     async with aiohttp.ClientSession() as s:
         stats = await scrape_vllm(s, f"{server}/metrics", timeout=5, max_bytes=1 << 20)
@@ -365,7 +374,7 @@ def test_path_and_scheme_from_annotations(annotations: dict[str, str],
 
 
 def test_kv_endpoints_only_on_ports_the_vllm_listens_on() -> None:
-    """F10: a vLLM's own answer (/kv_event_sources) cannot send us to another port."""
+    """A vLLM's own answer (/kv_event_sources) cannot send us to another port."""
     eps = (KvEventEndpoint(0, "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558"),
            KvEventEndpoint(1, "tcp://10.0.0.7:22", None),
            KvEventEndpoint(2, "tcp://10.0.0.7:5559", "tcp://10.0.0.7:10250"))

@@ -22,8 +22,10 @@ from exporter.collectors.vllm.kv_wire import (
     BlockStored,
     KvEventBatch,
     KvEventDecodeError,
+    Message,
     decode_batch,
     is_replay_end,
+    read_message,
     replay_frames,
 )
 
@@ -67,12 +69,10 @@ class LostReason(enum.Enum):
 
 @dataclass
 class TrackerStats:
-    batches: int = 0
+    """What a tracker lost, by reason: exported as headroom_vllm_kv_events_lost_total."""
+
     garbage: int = 0
-    duplicates: int = 0
-    gaps: int = 0  # holes seen in the live sequence (most filled by a replay)
     lost_batches: int = 0  # sequence numbers never seen (replay buffer too short, no replay)
-    resets: int = 0
     overflow_blocks: int = 0  # stores dropped at the cap
     overflow_events: int = 0  # events of media or engines beyond their bounds
     disconnects: int = 0
@@ -87,29 +87,6 @@ class TrackerStats:
 
 
 MediumKey = tuple[str, str]  # (engine, medium)
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message read off the wire: its sequence number and batch, or why not."""
-
-    seq: int | None  # None: the frames are not [topic, seq, payload]
-    batch: KvEventBatch | None  # None: garbage (``error`` says why)
-    error: str = ""
-
-
-def read_message(frames: Sequence[bytes], *, replay: bool = False) -> Message:
-    """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``),
-    decoded. Pure and thread-safe: the subscriber runs it off the event loop."""
-    if replay:
-        frames = replay_frames(frames) or [b"", b"", b""]
-    if len(frames) != 3 or len(frames[1]) != 8:
-        return Message(None, None, f"{len(frames)} frames")
-    seq = int.from_bytes(frames[1], "big", signed=True)
-    try:
-        return Message(seq, decode_batch(frames[2]))
-    except KvEventDecodeError as exc:
-        return Message(seq, None, str(exc))
 
 
 @dataclass
@@ -235,16 +212,13 @@ class KvBlockTracker:
             self._commit(seq, batch)
             return Outcome.APPLIED
         if seq <= self.last_seq and not self.restarted(seq, batch):
-            self.stats.duplicates += 1
             return Outcome.DUPLICATE
         if seq <= self.last_seq:
             log.info("KV events: sequence went back from %d to %d: engine restarted, "
                      "starting over", self.last_seq, seq)
             self.clear()
-            self.stats.resets += 1
             self._commit(seq, batch)
             return Outcome.RESET
-        self.stats.gaps += 1
         self._holding = True
         self._hold(seq, batch)
         return Outcome.GAP
@@ -256,7 +230,6 @@ class KvBlockTracker:
         self._held_cost = 0
         for seq, batch in held:
             if self.last_seq is not None and seq <= self.last_seq:
-                self.stats.duplicates += 1
                 continue
             self._commit(seq, batch)
 
@@ -265,7 +238,6 @@ class KvBlockTracker:
         holding the live batches of the new one."""
         held, holding = list(self._held), self._holding
         self.clear()
-        self.stats.resets += 1
         self._holding = holding
         for seq, batch in held:
             self._hold(seq, batch)
@@ -286,7 +258,6 @@ class KvBlockTracker:
     # -- internals --
     def _apply_replayed(self, seq: int, batch: KvEventBatch) -> Outcome:
         if self.last_seq is not None and seq <= self.last_seq:
-            self.stats.duplicates += 1
             return Outcome.DUPLICATE
         self._commit(seq, batch)
         return Outcome.APPLIED
@@ -331,7 +302,6 @@ class KvBlockTracker:
                        f"history before batch {seq} is no longer available")
         self.last_seq = seq
         self.last_ts = batch.ts
-        self.stats.batches += 1
         engine = str(batch.dp_rank) if batch.dp_rank is not None else self.default_engine
         if batch.dropped:
             self.stats.overflow_events += batch.dropped

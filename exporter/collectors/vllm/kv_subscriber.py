@@ -11,16 +11,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from exporter.collectors.vllm.discovery import KvEventEndpoint
+from exporter.collectors.vllm.kv_endpoints import KvEventEndpoint
 from exporter.collectors.vllm.kv_events import (
     KvBlockTracker,
     LostReason,
     MediumKey,
-    Message,
     Outcome,
-    is_replay_end,
-    read_message,
 )
+from exporter.collectors.vllm.kv_wire import Message, is_replay_end, read_message
 from exporter.collectors.vllm.zmtp import Limits, ZmtpConnection, ZmtpError, ZmtpLimitError
 
 log = logging.getLogger("exporter.collectors.vllm.kv_events")
@@ -47,7 +45,10 @@ RATE_BURST_BYTES = 2 << 20
 
 
 @dataclass
-class TokenBucket:
+class DecodeBudget:
+    """Bytes of one publisher's messages that may be decoded: ``rate`` per second, up to
+    ``burst`` at once (a token bucket)."""
+
     rate: float
     burst: float
     tokens: float = 0.0
@@ -128,15 +129,12 @@ class KvEventSubscriber:
     connected: bool = False
     ever_connected: bool = False
     limits: Limits = LIMITS
-    rate: TokenBucket = field(
-        default_factory=lambda: TokenBucket(RATE_BYTES_PER_S, RATE_BURST_BYTES))
+    rate: DecodeBudget = field(
+        default_factory=lambda: DecodeBudget(RATE_BYTES_PER_S, RATE_BURST_BYTES))
 
     def __post_init__(self) -> None:
         if self.tracker.default_engine == "0":
             self.tracker.default_engine = str(self.source.dp_rank)
-
-    def prefix_cache_blocks(self, *, exact_only: bool = False) -> dict[MediumKey, int]:
-        return self.tracker.prefix_cache_blocks(exact_only=exact_only)
 
     async def run(self) -> None:
         backoff = RECONNECT_MIN
@@ -367,10 +365,6 @@ class KvEventsHub:
             for reason, n in tracker.stats.lost().items():
                 lost[(engine, reason)] = lost.get((engine, reason), 0) + n
         return KvEventsState(blocks, synced, lost, tuple(problems))
-
-    def prefix_cache_blocks(self, key: str) -> dict[MediumKey, int]:
-        """(engine, medium) -> live blocks (exact ones) over all endpoints of that instance."""
-        return dict(self.state(key).prefix_blocks)
 
     def endpoints(self, key: str) -> list[KvEventEndpoint]:
         """The endpoints followed for that instance."""

@@ -16,6 +16,9 @@ it answers one message per buffered batch from ``start_seq`` on, then an end mar
 sequence -1 (signed 8 bytes). 0.32 answers ``[b"", topic, seq, payload]`` and ends with
 ``[b"", b"", -1, b""]``; older releases leave the topic out (``[b"", seq, payload]``, end
 ``[b"", -1, b""]``). Both are read. (A REQ socket would get only the first reply.)
+
+``read_message`` turns the frames of one message into its sequence number and batch (or
+why it is garbage); ``kv_events.py`` applies them.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class KvEventDecodeError(ValueError):
 # --- decoding ------------------------------------------------------------------------
 
 MAX_DP_RANK = 1 << 16  # a rank beyond this is not a real engine: the batch is garbage
-# Work per batch is bounded whatever a publisher sends (R1). A real vLLM step stores or
+# Work per batch is bounded whatever a publisher sends. A real vLLM step stores or
 # evicts at most a few thousand blocks (max_num_batched_tokens / block_size, plus one
 # BlockRemoved per evicted block): events and hashes beyond these are dropped and counted
 # as overflow. An array longer than MAX_ARRAY_LEN cannot be vLLM's: the batch is garbage.
@@ -199,3 +202,26 @@ def replay_frames(frames: Sequence[bytes]) -> list[bytes] | None:
 def is_replay_end(frames: Sequence[bytes]) -> bool:
     body = replay_frames(frames)
     return body is not None and body[1] == END_SEQ.to_bytes(8, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message read off the wire: its sequence number and batch, or why not."""
+
+    seq: int | None  # None: the frames are not [topic, seq, payload]
+    batch: KvEventBatch | None  # None: garbage (``error`` says why)
+    error: str = ""
+
+
+def read_message(frames: Sequence[bytes], *, replay: bool = False) -> Message:
+    """A SUB message ``[topic, seq, payload]`` or a replay reply (see ``replay_frames``),
+    decoded. Pure and thread-safe: the subscriber runs it off the event loop."""
+    if replay:
+        frames = replay_frames(frames) or [b"", b"", b""]
+    if len(frames) != 3 or len(frames[1]) != 8:
+        return Message(None, None, f"{len(frames)} frames")
+    seq = int.from_bytes(frames[1], "big", signed=True)
+    try:
+        return Message(seq, decode_batch(frames[2]))
+    except KvEventDecodeError as exc:
+        return Message(seq, None, str(exc))

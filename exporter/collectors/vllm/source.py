@@ -14,11 +14,26 @@ import aiohttp
 
 from exporter.catalog import MEDIUM_CPU
 from exporter.collectors import procfs
-from exporter.collectors.vllm import discovery as disc
 from exporter.collectors.vllm import metrics as vm
+from exporter.collectors.vllm.kv_endpoints import (
+    KvEventEndpoint,
+    allowed_endpoints,
+    base_url,
+    fetch_kv_event_sources,
+    kv_event_endpoints_from_argv,
+)
 from exporter.collectors.vllm.kv_subscriber import KvEventsHub
-from exporter.collectors.vllm.locate import MAX_PROBES, Candidate, looks_like_vllm
+from exporter.collectors.vllm.locate import (
+    MAX_PROBES,
+    Candidate,
+    LocatedServer,
+    VllmTarget,
+    explicit_targets,
+    find_servers,
+    looks_like_vllm,
+)
 from exporter.collectors.vllm.offload import offload_region_bytes
+from exporter.collectors.vllm.reading import ByteBudget, Reservation, VllmScrapeError, fetch_text
 from exporter.paths import HostPaths, read_bytes
 from exporter.settings import Settings, parse_duration, parse_size, positive, repeated, setting
 from exporter.source import Context, Key, Result, SourceBase, SourceSpec
@@ -48,7 +63,7 @@ class VllmSettings(Settings):
 
 @dataclass(frozen=True)
 class VllmReading:
-    target: disc.VllmTarget
+    target: VllmTarget
     stats: vm.VllmStats | None  # None: the read failed
     # (engine, medium) -> live prefix-cache blocks, from KV events: exact counts only
     # (empty when events are off, not followed, or the count is not known)
@@ -69,8 +84,8 @@ KEY: Key[VllmData] = Key("vllm")
 NOT_VLLM_TTL = 300.0  # seconds a port that answered without vLLM series is not probed again
 # A port that timed out or failed is left alone for 30 s, doubling per failure up to 10 min.
 FAIL_BACKOFF, FAIL_BACKOFF_MAX = 30.0, 600.0
-MAX_SERVERS_PER_POD = 4  # vLLM API servers read per pod (a pod of six was an attack, R4)
-MAX_PROBES_PER_POD = 8  # ports probed per pod per scrape, over all its API servers (R3)
+MAX_SERVERS_PER_POD = 4  # vLLM API servers read per pod (more is an attack, not a vLLM)
+MAX_PROBES_PER_POD = 8  # ports probed per pod per scrape, over all its API servers
 
 
 @dataclass
@@ -95,10 +110,10 @@ def backoff_after(outcome: Probe, before: Backoff | None, now: float) -> Backoff
     return Backoff(now + min(FAIL_BACKOFF * 2 ** (failures - 1), FAIL_BACKOFF_MAX), failures)
 
 
-def cap_per_pod(servers: Sequence[disc.VllmServer], most: int = MAX_SERVERS_PER_POD
-                ) -> tuple[list[disc.VllmServer], list[str]]:
+def cap_per_pod(servers: Sequence[LocatedServer], most: int = MAX_SERVERS_PER_POD
+                ) -> tuple[list[LocatedServer], list[str]]:
     """At most ``most`` API servers per pod (the oldest pids); the rest as error lines."""
-    kept: list[disc.VllmServer] = []
+    kept: list[LocatedServer] = []
     per_pod: dict[str, int] = {}
     left: dict[str, int] = {}
     for s in sorted(servers, key=lambda s: (s.pod, s.pid)):
@@ -115,16 +130,16 @@ def cap_per_pod(servers: Sequence[disc.VllmServer], most: int = MAX_SERVERS_PER_
 class ScrapeBudgets:
     """The byte budgets of one scrape: all reads together, and each pod's reads."""
 
-    scrape: vm.ByteBudget
+    scrape: ByteBudget
     pod_bytes: int
-    pods: dict[str, vm.ByteBudget] = field(default_factory=dict)
+    pods: dict[str, ByteBudget] = field(default_factory=dict)
     probes_left: dict[str, int] = field(default_factory=dict)
 
-    def reservation(self, pod: str | None) -> vm.Reservation:
+    def reservation(self, pod: str | None) -> Reservation:
         if pod is None:  # an explicit --vllm.endpoint: the operator's, no pod budget
-            return vm.Reservation((self.scrape,))
-        budget = self.pods.setdefault(pod, vm.ByteBudget(self.pod_bytes))
-        return vm.Reservation((self.scrape, budget))
+            return Reservation((self.scrape,))
+        budget = self.pods.setdefault(pod, ByteBudget(self.pod_bytes))
+        return Reservation((self.scrape, budget))
 
     def probes(self, pod: str, wanted: int) -> int:
         """How many of ``wanted`` probes that pod may still make this scrape."""
@@ -144,18 +159,18 @@ class VllmSource(SourceBase):
         # (cgroup, pid) -> the listener that answered with vLLM series
         self._chosen: dict[tuple[str, int], Candidate] = {}
         self._backoff: dict[tuple[int, int], Backoff] = {}  # (pid, port) -> not before
-        self._kv_lookups: dict[str, asyncio.Task[tuple[disc.KvEventEndpoint, ...]]] = {}
+        self._kv_lookups: dict[str, asyncio.Task[tuple[KvEventEndpoint, ...]]] = {}
 
     async def collect(self, ctx: Context) -> Result[VllmData]:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         st = self._settings
-        found, errors = disc.find_servers(ctx.refs, ctx.get(procfs.KEY), ctx.pods,
+        found, errors = find_servers(ctx.refs, ctx.get(procfs.KEY), ctx.pods,
                                           self._paths)
         servers, capped = cap_per_pod(found)
         errors += capped
-        explicit = disc.explicit_targets(st.endpoints)
-        budgets = ScrapeBudgets(vm.ByteBudget(st.max_scrape_bytes), st.max_body_bytes)
+        explicit = explicit_targets(st.endpoints)
+        budgets = ScrapeBudgets(ByteBudget(st.max_scrape_bytes), st.max_body_bytes)
         # every read and probe at once, under one deadline: a server that hangs costs
         # its own series, not the others'
         deadline = asyncio.get_running_loop().time() + st.timeout
@@ -175,7 +190,7 @@ class VllmSource(SourceBase):
             errors = [f"{len(errors)} vLLM unreadable, first: {errors[0]}"]
         return Result(VllmData(tuple(readings)), tuple(errors))
 
-    async def _read_server(self, s: disc.VllmServer, budgets: ScrapeBudgets, deadline: float
+    async def _read_server(self, s: LocatedServer, budgets: ScrapeBudgets, deadline: float
                            ) -> tuple[VllmReading, str]:
         """The server's /metrics: the listener that answered before, else a probe of its
         reachable listeners at once (not backed off, within the pod's probe budget); the
@@ -210,15 +225,15 @@ class VllmSource(SourceBase):
             for task in probes.values():
                 if task.done() and not task.cancelled() and task.exception() is None:
                     task.result()[2].release()
-        return (VllmReading(disc.VllmTarget(s.cgroup, "", "", s.argv, s.ports, s.pid), None),
+        return (VllmReading(VllmTarget(s.cgroup, "", "", s.argv, s.ports, s.pid), None),
                 f"{s.cgroup}: vLLM API server {s.pid} serves no vLLM /metrics ({tried})")
 
-    async def _probe(self, t: disc.VllmTarget, budgets: ScrapeBudgets, pod: str,
-                     deadline: float) -> tuple[Probe, str, vm.Reservation]:
+    async def _probe(self, t: VllmTarget, budgets: ScrapeBudgets, pod: str,
+                     deadline: float) -> tuple[Probe, str, Reservation]:
         held = budgets.reservation(pod)
         try:
             text = await self._fetch(t, held, deadline)
-        except vm.VllmScrapeError:
+        except VllmScrapeError:
             held.release()
             return Probe.FAILED, "", held
         except BaseException:  # cancelled: another port won
@@ -229,7 +244,7 @@ class VllmSource(SourceBase):
             return Probe.NOT_VLLM, "", held
         return Probe.VLLM, text, held
 
-    def _parsed(self, t: disc.VllmTarget, text: str, held: vm.Reservation
+    def _parsed(self, t: VllmTarget, text: str, held: Reservation
                 ) -> tuple[VllmReading, str]:
         try:
             stats = vm.parse_vllm_metrics(text)
@@ -239,25 +254,25 @@ class VllmSource(SourceBase):
             held.release()
         return VllmReading(t, self._real_cpu_tier(t, stats)), ""
 
-    async def _fetch(self, t: disc.VllmTarget, held: vm.Reservation, deadline: float) -> str:
+    async def _fetch(self, t: VllmTarget, held: Reservation, deadline: float) -> str:
         assert self._session is not None
         left = deadline - asyncio.get_running_loop().time()
         if left <= 0:
-            raise vm.VllmScrapeError(f"GET {t.shown}: no time left in this scrape")
-        return await vm.fetch_text(self._session, t.url, timeout=left,
+            raise VllmScrapeError(f"GET {t.shown}: no time left in this scrape")
+        return await fetch_text(self._session, t.url, timeout=left,
                                    max_bytes=self._settings.max_body_bytes, reservation=held,
                                    filter_lines=True)
 
-    async def _scrape(self, t: disc.VllmTarget, held: vm.Reservation, deadline: float
+    async def _scrape(self, t: VllmTarget, held: Reservation, deadline: float
                       ) -> tuple[VllmReading, str]:
         try:
             text = await self._fetch(t, held, deadline)
-        except vm.VllmScrapeError as exc:
+        except VllmScrapeError as exc:
             held.release()
             return VllmReading(t, None), str(exc)
         return self._parsed(t, text, held)
 
-    def _real_cpu_tier(self, t: disc.VllmTarget, stats: vm.VllmStats) -> vm.VllmStats:
+    def _real_cpu_tier(self, t: VllmTarget, stats: vm.VllmStats) -> vm.VllmStats:
         """The CPU tier's capacity in bytes as the host pays for it: the size of the
         offload region its engine processes map, when there is one and one engine has a
         CPU tier (the configured size otherwise)."""
@@ -323,22 +338,22 @@ class VllmSource(SourceBase):
         if not task.done():
             return
         del self._kv_lookups[key]
-        endpoints = disc.allowed_endpoints(task.result(), r.target.ports)[:MAX_KV_ENDPOINTS]
+        endpoints = allowed_endpoints(task.result(), r.target.ports)[:MAX_KV_ENDPOINTS]
         if endpoints and r.stats is not None:
             log.info("following KV cache events of %s at %s", r.target.shown,
                      ", ".join(e.endpoint for e in endpoints))
             hub.ensure(key, endpoints, capacity_blocks(r.stats))
 
-    async def _kv_endpoints(self, t: disc.VllmTarget) -> tuple[disc.KvEventEndpoint, ...]:
+    async def _kv_endpoints(self, t: VllmTarget) -> tuple[KvEventEndpoint, ...]:
         assert self._session is not None
-        endpoints: tuple[disc.KvEventEndpoint, ...] = ()
+        endpoints: tuple[KvEventEndpoint, ...] = ()
         try:
-            endpoints = await disc.fetch_kv_event_sources(
-                self._session, disc.base_url(t.url), t.host, timeout=self._settings.timeout)
+            endpoints = await fetch_kv_event_sources(
+                self._session, base_url(t.url), t.host, timeout=self._settings.timeout)
         except Exception as exc:  # older vLLM: no such route; try its flags
             log.debug("GET /kv_event_sources of %s: %s", t.shown, str(exc)[:200])
         if not endpoints and t.argv:
-            endpoints = disc.kv_event_endpoints_from_argv(t.argv, t.host)
+            endpoints = kv_event_endpoints_from_argv(t.argv, t.host)
         return endpoints
 
     async def aclose(self) -> None:

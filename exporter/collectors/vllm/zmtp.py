@@ -2,7 +2,7 @@
 sockets headroom opens to a vLLM: SUB to its KV-event publisher, DEALER to its replay
 ROUTER. NULL security only, as vLLM's ``ZmqEventPublisher`` binds them.
 
-Why not libzmq (R2): its ``ZMQ_MAXMSGSIZE`` bounds each *frame*, not a message, and its
+Why not libzmq: its ``ZMQ_MAXMSGSIZE`` bounds each *frame*, not a message, and its
 high-water mark counts whole messages: a publisher the pod controls sent one message of
 400 frames of 512 KiB and a SUB socket with MAXMSGSIZE 1 MiB and RCVHWM 2 took it whole
 (200 MiB). Here every byte read is bounded before it is read: a frame's size is checked
