@@ -152,7 +152,7 @@ def _modules(folder: str, exclude: str | None = None) -> list[Path]:
 
 
 AREAS: dict[str, tuple[str, str | None]] = {
-    "alerts": ("alerts", "tests"),
+    "alerts": ("alerts", "scenarios"),  # test inputs, not rules
     "dashboards": ("dashboards", None),
     "oncall": ("exporter/oncall", None),
 }
