@@ -40,46 +40,64 @@ def _pattern_ttl(config: Config) -> str:
 def _climb_beyond_pattern(config: Config) -> str:
     """1 where a climb goes beyond what the recurring peaks and their lasting trend
     explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
-    yesterday's level is not): above the envelope by a margin plus a day of the lasting
-    trend; or by ``fill_beyond_trend_s`` of it while the lasting horizon reaches the
-    limit within the envelope window; or no envelope yet."""
+    yesterday's level is not): where the pattern is known, above the envelope by a
+    margin plus a day of the lasting trend, or by ``fill_beyond_trend_s`` of it while
+    the lasting horizon reaches the limit within the envelope window; where it is not
+    (the figure has only climbed since it appeared), above the unknown-pattern ratio of
+    the limit."""
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
-    # The margin counts against peaks that recur, not against a climb's own last hours:
+    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
+    margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
+    # After a release a climb above the peaks is the next tooth while it stays within
+    # the margin plus the envelope's own rise over the release window (the teeth of a
+    # leaking sawtooth climb that much before the lasting trend exists). Without one,
+    # the margin counts against peaks that recur, not against a climb's own last hours:
     # where the envelope is no higher than the hour before the last one reached, it is
     # the climb itself (a steady leak, even a noisy one), and there is no margin.
     env = expr(
         """
-        last_over_time(${e}[${hold}])
+        ${env}
         + on ${g}
         (
-            ${r} * ${limit}
-          unless on ${g}
-            last_over_time(${e}[${hold}])
-              <= on ${g}
-            max_over_time(${hmax}[${recent}] offset ${hw})
+            (
+                ${margin} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
+              or on ${g}
+                ${margin}
+            )
+            and on ${g} last_over_time(${released}[${hold}])
+          or on ${g}
+            ${margin}
+            unless on ${g}
+            ${env} <= on ${g} max_over_time(${hmax}[${hold}] offset ${hw})
           or on ${g}
             ${limit} * 0
         )""",
-        e=q.PEAK_ENVELOPE, hold=hold, g=g, r=config.fill_beyond_peaks_ratio,
-        limit=q.LIMIT, hmax=q.HOURLY_MAX, recent=hold,
-        hw=duration(config.hourly_window_s))
+        env=envelope, g=g, margin=margin, released=q.RELEASED, hold=hold,
+        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
+                   f"offset {duration(config.release_window_s)})",
+        hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
     rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
     return expr(
         """
         (
-            ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
+            (
+                ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
+              or
+                ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
+                and on ${g}
+                ${ttl}{horizon="lasting"} < ${bw}
+            )
+            and on ${g} ${known}
           or
-            ${u} unless on ${g} last_over_time(${e}[${hold}])
-          or
-            ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
-            and on ${g}
-            ${ttl}{horizon="lasting"} < ${bw}
+            ${u} > on ${g} ${unknown} * ${limit}
+            unless on ${g} ${known}
         ) * 0 + 1
         """,
         u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
-        e=q.PEAK_ENVELOPE, hold=hold, beyond=config.fill_beyond_trend_s,
-        ttl=q.TIME_TO_LIMIT_BY_HORIZON)
+        beyond=config.fill_beyond_trend_s, ttl=q.TIME_TO_LIMIT_BY_HORIZON,
+        known=f"last_over_time({q.PATTERN_KNOWN}[{hold}])",
+        unknown=config.fill_unknown_pattern_ratio, limit=q.LIMIT)
 
 
 def fast_recording_rules(config: Config) -> list[Rule]:

@@ -29,8 +29,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     hw = duration(config.hourly_window_s)
     bw = duration(config.baseline_window_s)
     bw_s = config.baseline_window_s
-    # "spans both windows": an hourly figure from two windows ago, less one hour.
-    old = spans(q.HOURLY_MIN, 2 * bw_s - config.hourly_window_s, config.hourly_window_s)
+    # "spans both windows": the series was there 45 minutes before the earlier window's
+    # first hourly figure began, so that figure is past a young pod's warm-up (its
+    # loading minutes are no floor to rise from).
+    old = spans(q.HOURLY_MIN, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
+                config.lasting_hold_s)
 
     def rise(name: str, agg: str, lag_s: int = 0) -> str:
         lag = f" offset {duration(lag_s)}" if lag_s else ""
@@ -108,6 +111,20 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
+        # What the pattern is: a release (the last hour fell below the peaks before it:
+        # a rise that never falls, a ramp or a leak, has none) or a quiet whole hour.
+        (q.PATTERN_SIGN + "\tsign=release", expr(
+            "(${hmin} < on ${g} (${env} - on ${g} ${r} * ${limit})) * 0 + 1",
+            hmin=q.HOURLY_MIN, g=gb, env=q.PEAK_ENVELOPE, r=config.pattern_swing_ratio,
+            limit=q.LIMIT)),
+        (q.PATTERN_SIGN + "\tsign=quiet", expr(
+            "(${range} < on ${g} ${r} * ${limit} and on ${g} ${full}) * 0 + 1",
+            range=q.HOURLY_RANGE, g=gb, r=config.pattern_swing_ratio, limit=q.LIMIT,
+            full=spans(q.UNRECLAIMABLE, config.hourly_window_s, 5 * 60))),
+        (q.PATTERN_KNOWN, f"max by {gb} (present_over_time({q.PATTERN_SIGN}[{bw}]))"),
+        (q.RELEASED, expr(
+            "max by ${g} (present_over_time(${sign}{sign=\"release\"}[${w}]))",
+            g=gb, sign=q.PATTERN_SIGN, w=duration(config.release_window_s))),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_HOURLY_MIN, "min")),
         # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),

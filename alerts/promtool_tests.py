@@ -215,11 +215,12 @@ def _filling_up_critical(cfg: Config) -> Test:
 
 def _filling_up_warning(cfg: Config) -> Test:
     # A steady leak of ~2 GiB/day for two days under a 100 GiB limit (baseline rise above
-    # both minimums, plenty of headroom); at 2d1h the limit drops in place to leave 8 h
+    # both minimums, plenty of headroom); at 2d2h the limit drops in place to leave 8 h
     # of growth: the lasting horizon tickets within its `for:`, and does not page yet.
+    # (The lasting horizon reads two whole days past the first hour's warm-up.)
     rate = per_second(2 * GiB)
     start = 10 * GiB
-    on = 2 * DAY + HOUR
+    on = 2 * DAY + 2 * HOUR
     total = on + 2 * HOUR
     limit_after = start + rate * (on + 8 * HOUR)
     fires = on + cfg.fill_warning_for_s
@@ -269,9 +270,9 @@ def _reclaim(cfg: Config) -> Test:
 
 def _hidden(cfg: Config) -> Test:
     # Unmapped shmem grows ~1 GiB/day at the pod level while process memory is flat. The
-    # pod limit is 200 GiB (1% = 2 GiB above the rise) until 2d1h, then 32 GiB.
+    # pod limit is 200 GiB (1% = 2 GiB above the rise) until 2d2h, then 32 GiB.
     rate = per_second(GiB)
-    on = 2 * DAY + HOUR
+    on = 2 * DAY + 2 * HOUR
     total = on + 2 * HOUR
     n_on, n = on // LONG_STEP, total // LONG_STEP + 1
     procs = 10 * GiB

@@ -389,10 +389,11 @@ def ramp_to_kill(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
     slow = length >= 2 * HOUR
+    # Not more than a few hours early: two hours, or half the ramp on a long one (a page
+    # when the forecast says 75 minutes may come 80-100 minutes before the kill).
     case = _killed("ramp", step, kill, rec, pod,
                    page_min=PAGE_MIN_LEAD_S if slow else FAST_PAGE_MIN_LEAD_S,
-                   page_max=int(min(SLOW_PAGE_MAX_LEAD_S, max(HOUR, length / 2)))
-                   if slow else HOUR)
+                   page_max=int(min(SLOW_PAGE_MAX_LEAD_S, max(2 * HOUR, length / 2))))
     return Draw("ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
 
 

@@ -121,6 +121,16 @@ class Config:
     # ...and by more than this much of the limit (the peaks' own noise: a plateau that
     # comes back to yesterday's level is not beyond it).
     fill_beyond_peaks_ratio: float = 0.01
+    # The pattern is known once the figure fell below its peaks by more than this much
+    # of the limit, or moved less than it for a whole hour; a figure that has only
+    # climbed since it appeared (a warm-up, a first tooth, a young leak) is read against
+    # no pattern: its short and medium climbs count only above the unknown-pattern
+    # ratio of the limit.
+    pattern_swing_ratio: float = 0.05
+    fill_unknown_pattern_ratio: float = 0.92
+    # A release within this window makes a climb above the peaks the next tooth until
+    # it goes beyond the envelope's own rise over the window.
+    release_window_s: int = 6 * HOUR
     fill_critical_for_s: int = 5 * MINUTE
     # A page stays on while the pod keeps being OOM-killed and grows again within this
     # window of a kill (a crash loop under the same pod name: one stream of pages).

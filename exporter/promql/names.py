@@ -47,6 +47,9 @@ UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
 HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
+PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
+PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
+RELEASED = "headroom:memory_released:bool"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
@@ -124,6 +127,15 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
+    PATTERN_SIGN: "1 where the figure shows what its pattern is (label sign): "
+    "release, the last hour fell below the envelope of the peaks by more than the "
+    "pattern swing (a flush, a batch's end, a daily trough); quiet, a whole hour moved "
+    "less than it",
+    PATTERN_KNOWN: "1 where a release or a quiet hour was seen within the envelope "
+    "window: the pattern is known, so a climb can be read against it (a series that "
+    "has only climbed since it appeared is not known: a warm-up, a first tooth)",
+    RELEASED: "1 where a release was seen within the release window: a climb above the "
+    "peaks is the next tooth or swing until it beats the envelope's own recent rise",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",

@@ -49,10 +49,10 @@ def test_every_generated_expression_parses(factor: int) -> None:
     promql_parser = pytest.importorskip("promql_parser")
     cfg = DEFAULT if factor == 1 else DEFAULT.scaled(factor)
     exprs = _exprs(generate.rules_yaml(cfg))
-    # GROWTH is recorded by one rule per horizon, PATTERN_PEAK by one per window ahead;
-    # FillingUp has two severities.
+    # GROWTH is recorded by one rule per horizon, PATTERN_PEAK by one per window ahead,
+    # PATTERN_SIGN by one per sign (release, quiet); FillingUp has two severities.
     assert len(exprs) == len(promql.RECORDING_RULES) + len(promql.HORIZONS) - 1 \
-        + len(rules.pattern_windows_s(cfg)) - 1 + len(promql.ALERT_NAMES) + 1
+        + len(rules.pattern_windows_s(cfg)) - 1 + 1 + len(promql.ALERT_NAMES) + 1
     for name, text in exprs:
         try:
             promql_parser.parse(text)

@@ -22,7 +22,9 @@ from exporter.oncall.prom_client import PromAuth, PromClient
 from exporter.oncall.units import printable
 
 DAY_S = 86400.0
-HISTORY_MARGIN = 3600.0
+# Beyond the two envelope windows: the lasting horizon's first two hours (a warm-up is
+# no floor) and an hour's slack.
+HISTORY_MARGIN = 3 * 3600.0
 
 
 class UsageError(Exception):

@@ -25,6 +25,7 @@ from exporter.oncall.forecast.series import (
     envelope,
     growth,
     highest,
+    pattern_signs,
     slope,
 )
 from exporter.promql import CONFIG, KIND_DEV_SHM, KIND_HIDDEN, Config
@@ -86,13 +87,23 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     if pattern is not None:
         out["lasting"] = min(out.get("lasting", math.inf), pattern)
     trend = lasting_rate or 0.0
-    if peaks is None:
-        beyond = True
+    known, released = pattern_signs(points, now, w, limit) if points else (False, False)
+    if not known:
+        # Only climbed since it appeared: no pattern to read the climb against.
+        beyond = now_value > w.unknown_ratio * limit
+    elif peaks is None:
+        beyond = False
     else:
-        # No margin where the envelope is the climb's own last hours (a steady leak).
-        climb = highest(points, now - 2 * w.hour - 3 * w.lasting_interval,
-                        now - w.hour) if points else None
-        margin = 0.0 if climb is not None and peaks <= climb else w.beyond_ratio * limit
+        margin = w.beyond_ratio * limit
+        if released:
+            # The next tooth: the margin plus the envelope's own rise since.
+            before = envelope(points, now - w.release_window, w)
+            margin += max(0.0, peaks - before) if before is not None else 0.0
+        else:
+            # No margin where the envelope is the climb's own last hours (a steady leak).
+            climb = highest(points, now - 2 * w.hour - 3 * w.lasting_interval,
+                            now - w.hour) if points else None
+            margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
         beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend

@@ -33,6 +33,10 @@ class Windows:
     beyond_trend: float = 6 * 3600.0  # ...or this much lasting trend while it binds
     pattern_period: float = 86400.0  # the daily pattern: the same hours one period ago
     lasting_interval: float = 300.0  # the lasting group's interval
+    lasting_hold: float = 900.0  # how long a lasting figure is held
+    swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
+    unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
+    release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -42,7 +46,10 @@ class Windows:
                    config.peak_window_s, HOUR_S / scale, config.min_baseline_rise_bytes,
                    config.min_baseline_rise_ratio, config.climbing_lag_s,
                    config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
-                   config.pattern_period_s, config.lasting_interval_s)
+                   config.pattern_period_s, config.lasting_interval_s,
+                   lasting_hold=config.lasting_hold_s, swing_ratio=config.pattern_swing_ratio,
+                   unknown_ratio=config.fill_unknown_pattern_ratio,
+                   release_window=config.release_window_s)
 
     @property
     def pattern_ahead(self) -> tuple[float, ...]:
@@ -119,7 +126,8 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
     moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
     kill, or a warm-up, moves only one."""
-    if not points or points[0][0] > now - (2 * w.baseline - w.hour):
+    # Both windows past the series' first 45 minutes (a warm-up is no floor).
+    if not points or points[0][0] > now - (2 * w.baseline + 2 * w.hour - w.lasting_hold):
         return None
     fa, fb = floor(points, now, w), floor(points, now, w, 1)
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
@@ -151,3 +159,25 @@ def growth(points: Sequence[Point], now: float, w: Windows, limit: float
     }
     return {h: r for h, r in out.items() if r is not None and r > 0}
 
+
+
+def pattern_signs(points: Sequence[Point], now: float, w: Windows, limit: float
+                  ) -> tuple[bool, bool]:
+    """PATTERN_KNOWN and RELEASED: at each lasting evaluation of the envelope window,
+    a release (the last hour's lowest figure below the envelope by the swing) or a
+    quiet whole hour (its range under the swing); known if either was seen over the
+    window, released if a release was seen over the release window."""
+    swing = w.swing_ratio * limit
+    known = released = False
+    t = now - w.baseline + w.lasting_interval
+    while t <= now + 1e-9:
+        low, high = lowest(points, t - w.hour, t), highest(points, t - w.hour, t)
+        env = envelope(points, t, w)
+        release = low is not None and env is not None and low < env - swing
+        quiet = low is not None and high is not None and high - low < swing \
+            and bool(between(points, t - w.hour - 300.0, t - w.hour))
+        if release and t > now - w.release_window:
+            released = True
+        known = known or release or quiet
+        t += w.lasting_interval
+    return known, released
