@@ -215,11 +215,8 @@ async def web_config_worst(tmp: Path) -> dict[str, Any]:
 def orphan_scan() -> dict[str, Any]:
     from exporter.collectors.procfs import ProcfsData
     from exporter.collectors.tmpfs import TmpfsData
-    from exporter.collectors.tmpfs_orphans import (
-        ProcReader,
-        TmpfsOrphansSettings,
-        TmpfsOrphansSource,
-    )
+    from exporter.collectors.tmpfs_orphans import TmpfsOrphansSettings, TmpfsOrphansSource
+    from exporter.collectors.tmpfs_scan import ProcReader
     from exporter.model import CgroupRef, ProcessStatus, TmpfsMount
     from exporter.paths import HostPaths
 

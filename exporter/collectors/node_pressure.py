@@ -19,13 +19,16 @@ the node runs out (the kubelet evicts, or the kernel's global OOM killer picks i
   signalled counts: a group kill of three processes is 3; headroom's per-pod kill count
   is ``headroom_oom_kills_total``).
 
-Two small files, read with raw syscalls and at most ``MAX_BYTES`` each; only the keys
-above are kept, so the series are bounded whatever the kernel adds.
+Two small files, read with raw syscalls and at most ``MAX_BYTES`` each (a line the cap
+cuts is dropped); only the keys above are kept, so the series are bounded whatever the
+kernel adds, and a figure the kernel could not have written (a negative counter, a
+percentage past 100, a number past 64 bits) fails the file instead of being exported.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -36,10 +39,34 @@ from exporter.source import Context, Key, NoSettings, Result, SourceBase, Source
 # PSI reads that mean "this kernel has no PSI", not a failure.
 _NO_PSI = (errno.ENOENT, errno.EOPNOTSUPP)
 MAX_BYTES = 1 << 16  # each file read at most this far (vmstat of a 6.x kernel: ~5 KiB)
+_DIGITS = re.compile(r"[0-9]+")
+_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def _read(path: str) -> str:
-    return read_bytes(path, MAX_BYTES).decode("ascii", "replace")
+    return _whole_lines(read_bytes(path, MAX_BYTES)).decode("ascii", "replace")
+
+
+def _whole_lines(data: bytes) -> bytes:
+    """A read that reached the cap ends in a line the cap cut, whose number is only its
+    first digits: dropped, never taken for a figure."""
+    if len(data) < MAX_BYTES:
+        return data
+    return data[: data.rfind(b"\n") + 1]
+
+
+def _counter(text: str) -> int:
+    """A kernel counter: decimal digits only (an unsigned 64-bit value)."""
+    if not _DIGITS.fullmatch(text) or int(text) >= 1 << 64:
+        raise ValueError(f"not a counter: {text!r}")
+    return int(text)
+
+
+def _percent(text: str) -> float:
+    """A PSI average: a percentage 0-100 with two decimals, as the kernel prints it."""
+    if not _PERCENT.fullmatch(text) or float(text) > 100:
+        raise ValueError(f"not a percentage: {text!r}")
+    return float(text)
 
 
 @dataclass(frozen=True)
@@ -74,9 +101,9 @@ def parse_psi(text: str) -> dict[str, Stall]:
             key, _, value = pair.partition("=")
             kv[key] = value
         try:
-            averages = {w: float(kv["avg" + w.removesuffix("s")]) / 100
+            averages = {w: _percent(kv["avg" + w.removesuffix("s")]) / 100
                         for w in c.PRESSURE_WINDOWS}
-            out[level] = Stall(averages, int(kv["total"]) / 1e6)
+            out[level] = Stall(averages, _counter(kv["total"]) / 1e6)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"PSI line {line!r}: {exc}") from None
     return out
@@ -92,10 +119,10 @@ def parse_vmstat(text: str) -> NodePressure:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name == "oom_kill":
-            oom_kills = int(value)
+            oom_kills = _counter(value)
         elif name in wanted:
             into, reclaimer = wanted[name]
-            into[reclaimer] = int(value)
+            into[reclaimer] = _counter(value)
     return NodePressure({}, scanned, reclaimed, oom_kills)
 
 

@@ -4,14 +4,18 @@ pipeline."""
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from exporter.collectors.node_pressure import (
+    NodePressure,
     NodePressureSource,
+    Stall,
     parse_psi,
     parse_vmstat,
     read_node_pressure,
@@ -47,19 +51,47 @@ def test_an_old_kernel_has_no_oom_kill_counter() -> None:
     assert parse_vmstat("pgscan_kswapd 1\n").oom_kills is None
 
 
-@pytest.mark.parametrize("text", [
-    "", "\n\n", "some\n", "some avg10=1e999 avg60=nan avg300=0 total=-1\n",
-    "full avg10=0.0 avg60=0.0 total=99999999999999999999999\n", "some =\x00 ==\n",
+@pytest.mark.parametrize(("text", "want"), [
+    ("", {}),
+    ("\n\n", {}),
+    ("other avg10=1.00 avg60=1.00 total=1\n", {}),  # a level PSI may add later: ignored
+    ("full avg10=0.00 avg60=0.10 total=18446744073709551615\n",
+     {"full": Stall({"10s": 0.0, "60s": 0.001}, 18446744073709551615 / 1e6)}),
 ])
-def test_hostile_psi_text_is_parsed_or_refused_with_valueerror(text: str) -> None:
-    with contextlib.suppress(ValueError):
+def test_psi_text_parses_to_exactly_these_stalls(text: str, want: dict[str, Stall]) -> None:
+    assert parse_psi(text) == want
+
+
+@pytest.mark.parametrize("text", [
+    "some\n",  # no averages, no total
+    "some =\x00 ==\n",
+    "some avg10=1e999 avg60=0.00 total=1\n",  # infinite
+    "some avg10=nan avg60=0.00 total=1\n",
+    "some avg10=0.00 avg60=0.00 total=-1\n",  # a negative stall time
+    "some avg10=100.01 avg60=0.00 total=1\n",  # more than all of the time
+    "some avg10=-0.50 avg60=0.00 total=1\n",
+    "full avg10=0.00 avg60=0.00 total=18446744073709551616\n",  # past 64 bits
+    "some avg10=\uff11.00 avg60=0.00 total=1\n",  # a digit Python reads, the kernel never writes
+])
+def test_hostile_psi_text_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="PSI line"):
         parse_psi(text)
 
 
+@pytest.mark.parametrize(("text", "want"), [
+    (" \n", NodePressure()),
+    ("pgscan_kswapd 12\npgscan_kswapd_normal x\noom_kill 0\n",
+     NodePressure({}, {"kswapd": 12}, {}, 0)),
+])
+def test_vmstat_text_parses_to_exactly_these_counters(text: str, want: NodePressure) -> None:
+    assert parse_vmstat(text) == want
+
+
 @pytest.mark.parametrize("text", ["oom_kill\n", "pgscan_kswapd 1 2\n", "oom_kill x\n",
-                                  " \n", "pgsteal_direct -\n"])
-def test_hostile_vmstat_text_is_parsed_or_refused_with_valueerror(text: str) -> None:
-    with contextlib.suppress(ValueError):
+                                  "pgsteal_direct -\n", "oom_kill -3\n", "oom_kill 1.5\n",
+                                  "pgscan_direct 18446744073709551616\n", "oom_kill \uff13\n"])
+def test_hostile_vmstat_text_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a counter"):
         parse_vmstat(text)
 
 
@@ -107,3 +139,71 @@ async def test_the_source_reads_in_a_worker_thread() -> None:
     source = NodePressureSource(HostPaths(procfs=HOSTS / "v2-kind-nopsi" / "proc"))
     result = await source.collect(None)  # type: ignore[arg-type]  # it reads no context
     assert result.errors == () and result.data is not None and result.data.oom_kills == 0
+
+
+def test_bytes_that_are_not_utf8_spoil_only_their_own_line(tmp_path: Path) -> None:
+    """Counters beside an undecodable line still count; an undecodable PSI figure is a
+    failure of that file, not a guessed number."""
+    root = tree(tmp_path)
+    (root / "proc/vmstat").write_bytes(b"pgscan_kswapd 7\n\xff\xfepgscan_direct 3\n"
+                                       b"pgscan_direct\xc3\x28 9\noom_kill 2\n")
+    (root / "proc/pressure/memory").write_bytes(
+        b"some avg10=1.\xe900 avg60=0.00 avg300=0.00 total=1\n")
+    result = read_node_pressure(HostPaths(procfs=root / "proc"))
+    assert result.data is not None
+    assert result.data.scanned == {"kswapd": 7} and result.data.oom_kills == 2
+    assert result.data.stalls == {}
+    assert len(result.errors) == 1 and result.errors[0].startswith("pressure/memory: ")
+
+
+@pytest.mark.parametrize(("name", "reads_before"), [
+    ("stat", 0),  # gone between open and the first read
+    ("cmdline", 1),  # gone after the first read, before the end of the file
+])
+def test_a_file_that_vanishes_while_read_is_an_error_of_that_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, reads_before: int) -> None:
+    """vmstat stands in for a /proc/<pid> file whose process is reaped while it is read:
+    the kernel answers ESRCH on the open descriptor."""
+    root = tree(tmp_path)
+    child = subprocess.Popen(["sleep", "60"])
+    (root / "proc/vmstat").unlink()
+    (root / "proc/vmstat").symlink_to(f"/proc/{child.pid}/{name}")
+    real_read, reads = os.read, [0]
+
+    def read(fd: int, n: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}") == f"/proc/{child.pid}/{name}":
+            if reads[0] == reads_before and child.poll() is None:
+                child.kill()
+                child.wait()
+            reads[0] += 1
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", read)
+    try:
+        result = read_node_pressure(HostPaths(procfs=root / "proc"))
+    finally:
+        child.kill()
+        child.wait()
+    assert reads[0] == reads_before + 1  # the read that met the reaped process
+    assert result.errors == (f"vmstat: {OSError(errno.ESRCH, os.strerror(errno.ESRCH))}",)
+    assert result.data is not None and set(result.data.stalls) == {"some", "full"}
+    assert result.data.scanned == {} and result.data.oom_kills is None
+
+
+CAP = 64 * 1024  # what the source promises to read of a file at most
+
+
+def test_a_file_past_the_cap_is_read_only_to_the_cap(tmp_path: Path) -> None:
+    """Counters past the first 64 KiB are never seen, and the line the cap cuts in two
+    is dropped rather than read as its first digits."""
+    root = tree(tmp_path)
+    lines = b"pgscan_kswapd 7\n" + b"nr_filler 0\n" * ((CAP - 100) // 12)
+    cut = b"pgscan_direct "
+    pad = CAP - len(lines) - len(cut) - 4 - len(b"nr_pad \n")
+    head = lines + b"nr_pad " + b"0" * pad + b"\n" + cut
+    assert len(head) + 4 == CAP  # the cap falls after "1234" of "123456789"
+    (root / "proc/vmstat").write_bytes(head + b"123456789\noom_kill 5\n")
+    result = read_node_pressure(HostPaths(procfs=root / "proc"))
+    assert result.errors == () and result.data is not None
+    assert result.data.scanned == {"kswapd": 7}
+    assert result.data.oom_kills is None

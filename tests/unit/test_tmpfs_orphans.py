@@ -19,12 +19,11 @@ import pytest
 
 from exporter.collectors.procfs import ProcfsData
 from exporter.collectors.tmpfs import TmpfsData
-from exporter.collectors.tmpfs_orphans import (
+from exporter.collectors.tmpfs_orphans import TmpfsOrphansSettings, TmpfsOrphansSource
+from exporter.collectors.tmpfs_scan import (
     Listing,
     ProcReader,
     TmpfsFile,
-    TmpfsOrphansSettings,
-    TmpfsOrphansSource,
     maps_tmpfs_ids,
     orphans,
     scan_pod,

@@ -1,0 +1,234 @@
+"""promtool cases of the memory alerts (``alerts/memory.py``): near the limit, filling up
+(the short horizon pages, the lasting one tickets), reclaim at the limit, hidden growth."""
+
+from __future__ import annotations
+
+from exporter import catalog as c
+from exporter import promql as q
+from exporter.promql import DAY, HOUR, MINUTE, Config, MiB
+
+from .promtool_series import (
+    LONG_STEP,
+    GiB,
+    Test,
+    alert_labels,
+    boundary,
+    dur,
+    firing_expr,
+    linear,
+    per_second,
+    series,
+    steps,
+    whole,
+    workload,
+)
+
+
+def near_limit(cfg: Config) -> Test:
+    limit = 32 * GiB
+    on = 30  # minute the unreclaimable figure jumps to 96%
+    fires = on * MINUTE + cfg.near_limit_for_s
+    return {
+        "name": "HeadroomMemoryNearLimit: for elapses",
+        "interval": "1m",
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x120", **workload()),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name,
+                   steps((limit / 2, on), (0.96 * limit, 121 - on)), **workload()),
+            series("up", "1x120"),
+        ],
+        "promql_expr_test": boundary("HeadroomMemoryNearLimit", "critical", "vllm", fires),
+        "alert_rule_test": [{
+            "eval_time": dur(fires),
+            "alertname": "HeadroomMemoryNearLimit",
+            "exp_alerts": [{
+                "exp_labels": {"severity": "critical", **workload()},
+                "exp_annotations": {
+                    "summary": "ns/p has almost no reclaimable memory left.",
+                    "description": (
+                        "Memory the kernel cannot reclaim is at 96% of the 32Gi"
+                        "B limit of container vllm of pod ns/p; the next allocation that "
+                        "does not fit triggers the OOM killer."
+                    ),
+                    "runbook_url": cfg.runbook_url("HeadroomMemoryNearLimit"),
+                },
+            }],
+        }],
+    }
+
+
+def near_limit_flat(cfg: Config) -> Test:
+    """A pod that sits flat at 96 % of a big limit (its memory moves by 16 MiB, the 3.2
+    GiB left is far beyond its swing) is not an OOM kill in the making: no page."""
+    limit = 80 * GiB
+    level = 0.96 * limit
+    wobble = " ".join(str(whole(level + (16 * MiB if i % 2 else 0))) for i in range(121))
+    expr = 'ALERTS{alertname="HeadroomMemoryNearLimit", alertstate="firing"}'
+    return {
+        "name": "HeadroomMemoryNearLimit: flat at 96 % of a big limit, no page",
+        "interval": "1m",
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, f"{whole(limit)}x120", **workload()),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobble, **workload()),
+            series("up", "1x120"),
+        ],
+        "promql_expr_test": [{"expr": expr, "eval_time": dur(m * MINUTE),
+                              "exp_samples": []} for m in (30, 60, 120)],
+    }
+
+
+def filling_up_critical(cfg: Config) -> Test:
+    # Grows 1 MiB/s from 20 GiB; the limit drops at minute 60 so that 30 minutes of
+    # growth are left: the 1 h prediction crosses the limit, 93% is used.
+    rate = MiB
+    start = 20 * GiB
+    on = 60
+    limit_after = start + rate * 90 * MINUTE
+    fires = on * MINUTE + cfg.fill_critical_for_s
+    return {
+        "name": "HeadroomMemoryFillingUp critical: for elapses",
+        "interval": "1m",
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, steps((64 * GiB, on), (limit_after, 30)),
+                   **workload()),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, linear(start, rate * 60, 90), **workload()),
+            # EngineCore's anon memory is what grows; /dev/shm stays flat.
+            series(c.PROCESS_MEMORY_BYTES.name, linear(start - 4 * GiB, rate * 60, 90),
+                   **workload(), process="EngineCore", kind=c.RSS_ANON),
+            series(c.PROCESS_MEMORY_BYTES.name, f"{GiB}x90", **workload(), process="EngineCore",
+                   kind=c.RSS_SHMEM),
+            series(c.MEMORY_BYTES.name, linear(start - 4 * GiB, rate * 60, 90), **workload(),
+                   kind=c.KIND_ANON),
+            series(c.TMPFS_USED_BYTES.name, f"{GiB}x90", **workload(container=""),
+                   mount="/dev/shm"),
+            series("up", "1x90"),
+        ],
+        "alert_rule_test": [{
+            "eval_time": dur(fires),
+            "alertname": "HeadroomMemoryFillingUp",
+            "exp_alerts": [{
+                "exp_labels": {"severity": "critical", **workload()},
+                "exp_annotations": {
+                    "summary": "ns/p will be OOM-killed in about 25m 0s.",
+                    "description": (
+                        "Unreclaimable memory of container vllm of pod ns/p reaches the "
+                        "25.27GiB limit in 25m 0s (the short horizon binds); 1.465GiB are "
+                        "left (94.2% used). What grows: EngineCore anon +84.38GiB/day; "
+                        "/dev/shm flat. Act now: the kernel OOM-kills the pod when it gets "
+                        "there."
+                    ),
+                    "runbook_url": cfg.runbook_url("HeadroomMemoryFillingUp"),
+                },
+            }],
+        }],
+        "promql_expr_test": [
+            *boundary("HeadroomMemoryFillingUp", "critical", "vllm", fires),
+            # The binding cgroup is the container (its own limit), the top grower its
+            # EngineCore's anon memory, the time to limit from the short horizon.
+            {"expr": f'{q.BINDING}{{container="vllm"}}', "eval_time": dur(fires),
+             "exp_samples": [{"labels": f'{q.BINDING}{{container="vllm", namespace="ns", '
+                                        f'pod="p"}}', "value": 1}]},
+            {"expr": f"count by (kind, process) ({q.TOP_GROWER})",
+             "eval_time": dur(fires),
+             "exp_samples": [{"labels": f'{{kind="{c.KIND_ANON}", process="EngineCore"}}',
+                              "value": 1}]},
+            # No history of a rising baseline: no ticket.
+            {"expr": firing_expr("HeadroomMemoryFillingUp"), "eval_time": "85m",
+             "exp_samples": [{"labels": alert_labels("HeadroomMemoryFillingUp", "critical",
+                                                     "vllm"), "value": 1}]},
+        ],
+    }
+
+
+def filling_up_warning(cfg: Config) -> Test:
+    # A steady leak of ~2 GiB/day for two days under a 100 GiB limit (baseline rise above
+    # both minimums, plenty of headroom); at 2d2h the limit drops in place to leave 8 h
+    # of growth: the lasting horizon tickets within its `for:`, and does not page yet.
+    # (The lasting horizon reads two whole days past the first hour's warm-up.)
+    rate = per_second(2 * GiB)
+    start = 10 * GiB
+    on = 2 * DAY + 2 * HOUR
+    total = on + 2 * HOUR
+    limit_after = start + rate * (on + 8 * HOUR)
+    fires = on + cfg.fill_warning_for_s
+    n_on = on // LONG_STEP
+    n = total // LONG_STEP + 1
+    return {
+        "name": "HeadroomMemoryFillingUp warning: for elapses",
+        "interval": dur(LONG_STEP),
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on), (limit_after, n - n_on)),
+                   **workload()),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, linear(start, rate * LONG_STEP, n),
+                   **workload()),
+            series("up", f"1x{n}"),
+        ],
+        "promql_expr_test": [
+            *boundary("HeadroomMemoryFillingUp", "warning", "vllm", fires, LONG_STEP),
+            # Eight hours of headroom at the drop, seven an hour later: no page yet.
+            {"expr": (
+                'count(ALERTS{alertname="HeadroomMemoryFillingUp", severity="critical"})'),
+             "eval_time": dur(on + HOUR), "exp_samples": []},
+        ],
+    }
+
+
+def reclaim(cfg: Config) -> Test:
+    limit = 32 * GiB
+    on = 30
+    fires = on * MINUTE + cfg.reclaim_for_s
+    w = workload()
+    return {
+        "name": "HeadroomMemoryReclaimAtLimit: for elapses, only when unreclaimable is high",
+        "interval": "1m",
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x90", **w),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, steps((0.5 * limit, on), (0.9 * limit, 61)),
+                   **w),
+            series(c.MEMORY_EVENTS_TOTAL.name, "0+500x90", **w, event=c.EVENT_MAX),
+            # Same reclaim on a pod full of page cache: no alert.
+            series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x90", **workload("q")),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, f"{whole(0.4 * limit)}x90", **workload("q")),
+            series(c.MEMORY_EVENTS_TOTAL.name, "0+5000x90", **workload("q"), event=c.EVENT_MAX),
+            series("up", "1x90"),
+        ],
+        "promql_expr_test": boundary("HeadroomMemoryReclaimAtLimit", "warning", "vllm", fires),
+    }
+
+
+def hidden(cfg: Config) -> Test:
+    # Unmapped shmem grows ~1 GiB/day at the pod level while process memory is flat. The
+    # pod limit is 200 GiB (1% = 2 GiB above the rise) until 2d2h, then 32 GiB.
+    rate = per_second(GiB)
+    on = 2 * DAY + 2 * HOUR
+    total = on + 2 * HOUR
+    n_on, n = on // LONG_STEP, total // LONG_STEP + 1
+    procs = 10 * GiB
+    pod = workload(container="")
+    return {
+        "name": "HeadroomHiddenMemoryGrowth: for elapses",
+        "interval": dur(LONG_STEP),
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, steps((200 * GiB, n_on), (32 * GiB, n - n_on)),
+                   **pod),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, linear(procs + GiB, rate * LONG_STEP, n),
+                   **pod),
+            series(c.MEMORY_LIMIT_BYTES.name, f"{32 * GiB}x{n}", **workload()),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, f"{procs}x{n}", **workload()),
+            series(c.PROCESS_MEMORY_BYTES.name, f"{6 * GiB}x{n}", **workload(),
+                   process="Worker_TP0",
+               kind=c.RSS_ANON),
+            series(c.PROCESS_MEMORY_BYTES.name, f"{4 * GiB}x{n}", **workload(),
+                   process="Worker_TP0",
+               kind=c.RSS_SHMEM),
+            series("up", f"1x{n}"),
+        ],
+        "promql_expr_test": [
+            *boundary("HeadroomHiddenMemoryGrowth", "warning", "", on + cfg.hidden_for_s,
+                      LONG_STEP),
+            # The container's own memory is all accounted for by its process.
+            {"expr": 'headroom:memory_hidden:bytes{container="vllm"}', "eval_time": "1h",
+             "exp_samples": [{"labels": 'headroom:memory_hidden:bytes{container="vllm", '
+                                        'namespace="ns", pod="p"}', "value": 0}]},
+        ],
+    }
