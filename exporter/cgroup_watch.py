@@ -160,6 +160,10 @@ class CgroupTree:
     def fileno(self) -> int | None:
         return self.inotify.fd if self.inotify is not None else None
 
+    def next_scan_at(self) -> float:
+        """When the tree must be listed again without a notification (scan mode)."""
+        return self._next_scan if self.mode == "scan" else float("inf")
+
     def _path(self, rel: str) -> str:
         return str(self._h.dir(rel))
 
