@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from exporter.cgroup_watch import CgroupTree, KillNotifier
-from exporter.collectors.cgroup import read_kill_counters
+from exporter.collectors.kill_counters import read_kill_counters
 from exporter.oom.members import LIST_EVERY, MemberTable
 from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles
 from tests.helpers.kernel import kube_tree

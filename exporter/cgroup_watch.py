@@ -148,6 +148,8 @@ class CgroupTree:
         self._dirty: set[str] = set()
         self._listed = False  # the first full listing is the exporter's start state
         self._next_scan = -1e18
+        # The nearest ancestor of kubepods that exists, watched until kubepods does.
+        self._parent: tuple[str | None, int | None] = (None, None)
         self.inotify: Inotify | None = None
         if use_inotify:
             try:
@@ -160,6 +162,12 @@ class CgroupTree:
     def fileno(self) -> int | None:
         return self.inotify.fd if self.inotify is not None else None
 
+    def next_scan_at(self) -> float:
+        """When the tree must be listed again without a notification (scan mode)."""
+        if self.mode == "scan" or self.kubepods not in self._dirs:  # no kubepods yet
+            return self._next_scan
+        return float("inf")
+
     def _path(self, rel: str) -> str:
         return str(self._h.dir(rel))
 
@@ -171,15 +179,19 @@ class CgroupTree:
         removed: list[str] = []
         now = self._clock()
         root = self.kubepods
+        events = self.inotify.read() if self.inotify is not None else []
         if root not in self._dirs:
             if _subdirs(self._path(root)) is None:
                 self._listed = True  # what appears from now on is new
+                self._watch_parent()  # its creation wakes the sampler
+                self._next_scan = now + self.scan_interval  # and a look every second
                 return Changes()  # no kubepods (yet): look again next time
+            self._unwatch_parent()
             self._dirs[root] = (_ROOT, None)
             self._watch(root)
             self._dirty.add(root)
-        if self.inotify is not None:
-            for wd, mask, _ in self.inotify.read():
+        if events:
+            for wd, mask, _ in events:
                 if mask & IN_Q_OVERFLOW:
                     self._dirty.update(self._dirs)  # events were lost: list everything
                     continue
@@ -201,6 +213,28 @@ class CgroupTree:
         if not self._listed:
             self._listed = True
         return Changes(tuple(added), tuple(removed))
+
+    def _watch_parent(self) -> None:
+        """Watch the nearest existing ancestor of the missing kubepods for creations."""
+        if self.inotify is None:
+            return
+        rel = self.kubepods
+        while rel:
+            rel = rel.rpartition("/")[0]
+            if rel == self._parent[0]:
+                return  # already watched, and still the nearest
+            try:
+                wd = self.inotify.add(self._path(rel), IN_CREATE | IN_ONLYDIR)
+            except OSError:
+                continue
+            self._unwatch_parent()
+            self._parent = (rel, wd)
+            return
+
+    def _unwatch_parent(self) -> None:
+        if self.inotify is not None and self._parent[1] is not None:
+            self.inotify.remove(self._parent[1])
+        self._parent = (None, None)
 
     def _watch(self, rel: str) -> None:
         if self.inotify is None:

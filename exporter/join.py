@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from exporter.catalog import EVENT_OOM_KILL
 from exporter.collectors import cgroup, node_pressure, nvml, procfs, tmpfs, tmpfs_orphans
-from exporter.collectors.cgroup import NodeMemory
+from exporter.collectors.meminfo import NodeMemory
 from exporter.collectors.node_pressure import NodePressure
 from exporter.collectors.nvml import GpuDevice
 from exporter.collectors.vllm import source as vllm

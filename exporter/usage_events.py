@@ -68,6 +68,9 @@ class UsageThresholds:
         self._of[path] = (efd, threshold)
         return efd
 
+    def armed(self, path: str) -> bool:
+        return path in self._of
+
     def disarm(self, paths: Iterable[str]) -> None:
         for path in paths:
             held = self._of.pop(path, None)

@@ -5,11 +5,12 @@ Without /dev/kmsg (the chart's default: a container gets EPERM) the only way to 
 OOM victim is to know who was in the cgroup just before the kill and see who is missing
 just after. The scrapes' process tables (every 15-60 s) are too coarse for that: a
 container born and killed between two scrapes, or a busy node where the victim takes
-seconds to die, left the victim "unknown". So each sampler pass (200 ms) lists
-``cgroup.procs`` of each tracked container whose usage moved since its last listing, and
-of every one at least every ``LIST_EVERY`` (a process cannot start or die without
-charging or freeing memory; one open-read-close: on v1 a kept-open file returns the
-kernel's cached list for about a second), and keeps, per cgroup, its members
+seconds to die, left the victim "unknown". So each sampler pass lists ``cgroup.procs``
+of each tracked container whose usage moved since its last listing, and of every one at
+least every ``LIST_EVERY`` (a process cannot start or die without charging or freeing
+memory, and a cgroup heading for a kill is near its limit or climbing, so read, and
+listed, every tick; one open-read-close: on v1 a kept-open file returns the kernel's
+cached list for about a second), and keeps, per cgroup, its members
 (pid, name from cmdline, last-known RSS). A pid that is no longer listed, or a zombie,
 *departed* in that pass; the OOM watcher names a kill after the largest process (by
 last-known RSS) that departed its kill domain since the kill counter last read lower.
@@ -48,8 +49,8 @@ MAX_TOTAL = 32768  # processes followed on the node (about 5 MiB of entries)
 NEW_PER_PASS = 256  # new processes read per pass, all cgroups together
 MAX_DEPARTED = 1024  # departures reported per pass
 RSS_REFRESH = 5.0  # seconds between RSS reads of a cgroup's members, unless notified
-RSS_IDLE = 30.0  # the same for a cgroup whose usage did not move since the last RSS read
-LIST_EVERY = 5.0  # seconds between listings of a cgroup whose usage did not move
+RSS_IDLE = 60.0  # the same for a cgroup whose usage did not move since the last RSS read
+LIST_EVERY = 30.0  # seconds between listings of a cgroup whose usage did not move
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Refresh:
 
     members: dict[str, tuple[ProcessEntry, ...]]
     departed: tuple[tuple[str, ProcessEntry], ...]
+    backlog: bool = False  # new processes left for the next pass (the per-pass bound)
 
 
 class MemberTable:
@@ -106,6 +108,7 @@ class MemberTable:
         room = MAX_TOTAL - sum(len(cg.members) for cg in self._cgroups.values())
         members: dict[str, tuple[ProcessEntry, ...]] = {}
         departed: list[tuple[str, ProcessEntry]] = []
+        backlog = False
         wanted = set(paths)
         for path in wanted:
             cg = self._cgroups.setdefault(path, _Cgroup())
@@ -138,6 +141,7 @@ class MemberTable:
                     continue
                 if budget <= 0 or room <= 0:
                     cg.listed_at = -1e18  # the rest on the next pass, moved or not
+                    backlog = True
                     break
                 budget -= 1
                 entry = self._read(pid)
@@ -147,4 +151,4 @@ class MemberTable:
             members[path] = tuple(cg.members.values())
         for path in [p for p in self._cgroups if p not in wanted]:
             departed.extend((path, m) for m in self._cgroups.pop(path).members.values())
-        return Refresh(members, tuple(departed[:MAX_DEPARTED]))
+        return Refresh(members, tuple(departed[:MAX_DEPARTED]), backlog)

@@ -65,8 +65,8 @@ class PostMortem:
         self.kmsg = kmsg
         self.pods = pods
 
-    # On the sampler thread.
-    def on_sample(self, sample: Sample) -> None:
+    # On the sampler thread; True while a kill waits to be named (pass again soon).
+    def on_sample(self, sample: Sample) -> bool:
         self.recorder.record_usage(sample.usage)
         if sample.added or sample.removed or sample.found:
             self.watcher.track(
@@ -75,6 +75,7 @@ class PostMortem:
         victims = self.kmsg.read_victims() if self.kmsg is not None else []
         self.watcher.check(sample.counters, victims, sample.members, sample.departed,
                            publish=self._publish)
+        return self.watcher.waiting()
 
     # On the event loop, after every scrape.
     def observe(self, snapshot: Snapshot, processes: Mapping[str, Sequence[ProcessStatus]],

@@ -1,7 +1,7 @@
 """The OOM watcher: the one place kills are counted. Kill-counter increases and kernel-log
 victims become named kills, each counted once.
 
-Fed on the sampler thread with the kill counters it read (``collectors/cgroup.
+Fed on the sampler thread with the kill counters it read (``collectors/kill_counters.
 read_kill_counters``), the kernel-log victims read since (``collectors/kmsg.py``) and the
 kill domains it follows; after every scrape with each cgroup's labels and process table.
 
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.collectors.cgroup import KillCounters
+from exporter.collectors.kill_counters import KillCounters
 from exporter.collectors.kmsg import KernelVictim
 from exporter.model import Workload
 from exporter.oom.tally import KillTally
@@ -145,6 +145,7 @@ class OomWatcher:
         self._processes: dict[str, tuple[ProcessEntry, ...]] = {}
         self._previous: dict[str, tuple[ProcessEntry, ...]] = {}
         self._victims: deque[tuple[float, KernelVictim]] = deque(maxlen=256)
+        self._aging = False  # a removed domain or a log credit waits to expire
 
     # --- the event loop ------------------------------------------------------------------
 
@@ -197,6 +198,7 @@ class OomWatcher:
                 d = self._domains.get(path)
                 if d is not None and d.removed_at is None:
                     d.removed_at = now
+                    self._aging = True
             for path, lb in (labels or {}).items():
                 self.labels.setdefault(path, lb)
                 self._seen.setdefault(path, now)
@@ -234,7 +236,8 @@ class OomWatcher:
             self._pending = still
             found.extend(self._log_only(now))
             pods = [self._domains[d].pod if d in self._domains else None for d, _ in found]
-            self._expire(now)
+            if self._aging:  # else nothing can have aged out: skip the walk
+                self._expire(now)
         # The document first, the count after (outside the lock: a scrape's ``observe``
         # does not wait for a disk write): whoever sees the count move finds the document.
         for (_, k), pod in zip(found, pods, strict=True):
@@ -251,6 +254,12 @@ class OomWatcher:
                     self._pod_kills[pod] = self._pod_kills.get(pod, 0) + 1
             kills.append(k)
         return kills
+
+    def waiting(self) -> bool:
+        """Kills counted but not yet named, or log victims not yet claimed: the sampler
+        should pass again soon (naming waits a few passes)."""
+        with self._lock:
+            return bool(self._pending or self._victims)
 
     def pod_cgroup(self, pod: Workload, besides: str) -> str | None:
         """A cgroup other than ``besides`` labelled as the pod itself (its pod level)."""
@@ -293,15 +302,20 @@ class OomWatcher:
             self._victims.remove((seen, v))
             d = self._domains[domain]
             d.credit = [*(d.credit or []), now]
+            self._aging = True
             kills.append((domain, self._from_victim(domain, v, now)))
         return kills
 
     def _expire(self, now: float) -> None:
+        aging = False
         for path, d in list(self._domains.items()):
             if d.credit:
                 d.credit = [t for t in d.credit if now - t < RECENT]
             if d.removed_at is not None and now - d.removed_at > RECENT:
                 del self._domains[path]
+            elif d.credit or d.removed_at is not None:
+                aging = True
+        self._aging = aging
         live_pods = {d.pod for d in self._domains.values() if d.pod is not None}
         for pod in [p for p in self._pod_kills if p not in live_pods]:
             del self._pod_kills[pod]

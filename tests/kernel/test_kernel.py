@@ -12,6 +12,7 @@ v2 has PSI per cgroup, v1 counts a kill only in the victim's own cgroup."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import select
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import factory
+from exporter import cadence, factory
 from exporter.config import (
     Config,
     DiscoverySettings,
@@ -275,6 +276,40 @@ async def test_an_idle_cgroup_that_ramps_is_read_fast_in_time_to_catch_its_peak(
     assert fast_at_top
     assert s1.get("headroom_memory_usage_bytes") < base + 20 * MiB
     assert s1.get("headroom_memory_peak_bytes") >= base + 190 * MiB
+
+
+async def test_a_still_cgroup_is_read_at_the_quiet_pace_and_a_rising_one_fast(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    """Still and far below its limit, a cgroup whose climb the kernel watches (v1: its
+    usage threshold is armed; v2: its lifetime peak is below the zone that kills) is read
+    once per quiet period. When it starts rising it is read every tick, and the top of a
+    short burst towards its limit is in the peak."""
+    uid, pod = tree.pod(limit=512 * MiB)
+    cid, container = tree.container(pod)
+    g = Grower(tree.hierarchy, container)  # before the exporter starts: not young
+    try:
+        g.send("anon 20")
+        p = make_pipeline(tree, sampler_interval=0.2, sampler_window=30.0)
+        pipelines.append(p)
+        sampler = p.sampler
+        await wait_until(lambda: sampler.is_quiet(container), "never at the quiet pace")
+        await asyncio.sleep(3 * cadence.QUIET)
+        assert sampler.is_quiet(container) and not sampler.is_fast(container)
+        seconds = [t for t, _ in p.postmortem.recorder.history(container)["usage"]]
+        gaps = [b - a for a, b in itertools.pairwise(seconds[1:])]
+        assert len(gaps) >= 1 and min(gaps) >= 2, seconds  # none a second apart
+        s0 = await scrape(p, uid, cid)
+        g.send("anon 40")  # a ramp, still under half the limit: no threshold crossed
+        await wait_until(lambda: sampler.is_fast(container), "a ramp not read fast")
+        assert not sampler.is_quiet(container)
+        g.send("burst 380 300")  # 440 MiB for 0.3 s: 86% of the limit
+        await wait_samples(p, 2)
+        s1 = await scrape(p, uid, cid)
+    finally:
+        g.close()
+    base = s0.get("headroom_memory_usage_bytes")
+    assert s1.get("headroom_memory_usage_bytes") < base + 60 * MiB  # the burst is over
+    assert s1.get("headroom_memory_peak_bytes") >= base + 40 * MiB + 370 * MiB
 
 
 def test_v1_a_usage_threshold_wakes_the_sampler_when_crossed(tree: KubeTree) -> None:

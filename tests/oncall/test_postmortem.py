@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from exporter.collectors.cgroup import KillCounters
+from exporter.collectors.kill_counters import KillCounters
 from exporter.collectors.kmsg import KernelVictim, pair_victims, parse_kmsg_record
 from exporter.model import Workload
 from exporter.oom.members import NEW_PER_PASS, MemberTable

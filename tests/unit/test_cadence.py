@@ -63,5 +63,56 @@ def test_no_slow_pace_where_it_does_not_fit() -> None:
     assert cadence.adaptive(0.2, 15.0)
     assert not cadence.adaptive(1.0, 15.0)  # ticks no faster than the slow pace
     assert not cadence.adaptive(0.2, 1.5)  # a window that could miss a slow reading
+    assert cadence.quiet_fits(0.2, 30.0)
+    assert not cadence.quiet_fits(0.2, 5.0)  # could miss a quiet reading
     assert cadence.threshold(LIMIT) == int(cadence.NEAR * LIMIT)
     assert cadence.threshold(None) is None
+
+
+def test_a_watched_still_cgroup_under_half_its_limit_is_read_once_per_quiet_period() -> None:
+    c = Cadence()
+    got = []
+    for i in range(100):  # 20 s of 200 ms ticks
+        now = 100.1 + i * 0.2
+        if cadence.due(c, now):
+            cadence.observe(c, now, 100 * MiB, 100 * MiB, LIMIT, watched=True)
+            got.append(now)
+    assert [int(t) for t in got] == [100, 105, 110, 115]
+    assert cadence.next_due(c, 116.0) == 120.0
+
+
+def test_above_half_or_unwatched_is_the_slow_pace() -> None:
+    for usage, watched in ((600 * MiB, True), (100 * MiB, False)):
+        c = Cadence()
+        cadence.observe(c, 100.1, usage, None, LIMIT, watched)
+        assert not c.quiet and cadence.next_due(c, 100.5) == 101.0
+
+
+def test_what_the_kernel_watches() -> None:
+    assert cadence.kernel_watches(1, True, None, LIMIT)
+    assert not cadence.kernel_watches(1, False, None, LIMIT)  # no threshold armed
+    assert cadence.kernel_watches(2, False, 500 * MiB, LIMIT)
+    assert not cadence.kernel_watches(2, False, 900 * MiB, LIMIT)  # a peak there before
+    assert not cadence.kernel_watches(2, False, None, LIMIT)  # no memory.peak
+    assert not cadence.kernel_watches(1, True, None, None)  # no limit: nothing to near
+
+
+def test_a_quiet_cgroup_that_ramps_is_fast_at_once() -> None:
+    c = Cadence()
+    cadence.observe(c, 100.1, 100 * MiB, 100 * MiB, LIMIT, watched=True)
+    assert c.quiet
+    cadence.observe(c, 105.0, 150 * MiB, 150 * MiB, LIMIT, watched=True)
+    assert not c.quiet and cadence.due(c, 105.2) and cadence.next_due(c, 105.2) == 105.2
+
+
+def test_the_pace_wakes_at_the_next_cgroup_due() -> None:
+    pace = cadence.Pace(adaptive=True, quiet=True)
+    pace.track(["a", "b"], 100.1, young=lambda p: p == "b")
+    assert sorted(pace.due(100.1)) == ["a", "b"]
+    pace.observe("a", 100.1, 100 * MiB, 100 * MiB, LIMIT, watched=True)
+    pace.observe("b", 100.1, 100 * MiB, 100 * MiB, LIMIT, watched=True)
+    assert pace.next_at(100.1, 0.2) == 100.1 + 0.2  # b is young: fast
+    pace.track(["a"], 100.3, young=lambda _: False)
+    assert pace.next_at(100.3, 0.2) == 105.0 and pace.due(100.3) == []
+    pace.wake({"a"}, 100.3)
+    assert pace.due(100.5) == ["a"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.collectors.cgroup import (
+from exporter.collectors.cgroup_parse import (
     RawCgroup,
     parse_cgroup,
     parse_limit,
@@ -189,7 +189,7 @@ def test_parse_pressure_ignores_blank_lines() -> None:
 
 
 def test_parse_stat_reads_what_parse_flat_keyed_reads() -> None:
-    from exporter.collectors.cgroup import parse_flat_keyed, parse_stat
+    from exporter.collectors.cgroup_parse import parse_flat_keyed, parse_stat
 
     for text, version in ((V1_STAT, 1), (V2_STAT, 2)):
         full = parse_flat_keyed(text)

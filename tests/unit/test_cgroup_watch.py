@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from exporter.cgroup_watch import CgroupTree
-from exporter.collectors.cgroup import KillCounters
+from exporter.collectors.kill_counters import KillCounters
+from exporter.kill_domains import Domain
 from exporter.paths import MemoryHierarchy
-from exporter.sampler import Domain, PeakSampler, Sample
+from exporter.sampler import PeakSampler, Sample
 
 CID = "ab" * 32
 

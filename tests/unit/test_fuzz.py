@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors.cgroup import (
+from exporter.collectors.cgroup_parse import (
     RawCgroup,
     parse_cgroup,
     parse_events,

@@ -5,7 +5,8 @@ kills (the kernel counts a kill only in the victim's own cgroup there)."""
 from __future__ import annotations
 
 from exporter.collectors import cgroup
-from exporter.collectors.cgroup import CgroupData, NodeMemory
+from exporter.collectors.cgroup import CgroupData
+from exporter.collectors.meminfo import NodeMemory
 from exporter.factory import Exporter
 from exporter.join import join
 from exporter.model import CgroupMemory, CgroupRef, Workload
