@@ -340,26 +340,28 @@ def _wait_ready(prom: str, limit_s: float) -> None:
 
 
 def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
-    """Polls until the lasting group has run `lasting_rounds` times and every other group
-    three times; keeps each round's duration and the load average meanwhile."""
+    """Polls until the lasting group has finished `lasting_rounds` rounds and every other
+    group three; keeps each round's duration and the load average meanwhile. A round is
+    counted when it ends (Prometheus sets a group's last evaluation time then; its
+    iteration counter moves when a round starts)."""
     deadline = time.monotonic() + wait_s
-    seen: dict[str, float] = {}
+    ended: dict[str, float] = {}
     rounds: dict[str, list[float]] = {}
     load: list[float] = []
     while time.monotonic() < deadline:
         time.sleep(10)
         load.append(os.getloadavg()[0])
-        iterations = _self_metric(prom, "prometheus_rule_group_iterations_total")
+        at = _self_metric(prom, "prometheus_rule_group_last_evaluation_timestamp_seconds")
         durations = _self_metric(prom, "prometheus_rule_group_last_duration_seconds")
-        for group, n in iterations.items():
-            if n > seen.get(group, 0):
-                seen[group] = n
+        for group, t in at.items():
+            if t > max(ended.get(group, 0), 0):
+                ended[group] = t
                 rounds.setdefault(group, []).append(round(durations.get(group, 0), 3))
-        lasting = seen.get("headroom.lasting", 0)
-        others = [n for g, n in seen.items() if g != "headroom.lasting"]
+        lasting = len(rounds.get("headroom.lasting", []))
+        others = [len(r) for g, r in rounds.items() if g != "headroom.lasting"]
         if lasting >= lasting_rounds and len(others) >= 3 and min(others) >= 3:
             break
-    return {"iterations": seen, "round_durations_s": rounds,
+    return {"round_durations_s": rounds,
             "load_average_1m": {"min": min(load, default=0), "max": max(load, default=0),
                                 "mean": round(sum(load) / max(len(load), 1), 1)}}
 
