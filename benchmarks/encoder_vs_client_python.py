@@ -1,5 +1,5 @@
 """Our exposition encoder against client_python's, on a node-sized set of families (a
-benchmark, not a test): ``exporter/encode.py`` says why it does not use client_python's
+benchmark, not a test): ``exporter/exposition/encode.py`` says why it does not use client_python's
 Metric objects and encoder; this measures it.
 
     python3 -m benchmarks.encoder_vs_client_python [--containers 100] [--rounds 30]
@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from exporter import catalog as c
 from exporter.catalog import MetricSpec
-from exporter.encode import Family, encode_families, label_pairs
+from exporter.exposition.encode import Family, encode_families, label_pairs
 
 Row = tuple[MetricSpec, tuple[str, ...], float]
 
@@ -107,7 +107,7 @@ def main() -> None:
     assert samples(ours(rows)) == samples(client_python(rows)), "not the same samples"
     a, b = timed(ours, rows, args.rounds), timed(client_python, rows, args.rounds)
     print(f"{len(rows)} series ({args.containers} containers), median of {args.rounds}")
-    print(f"exporter/encode.py   {a * 1000:7.2f} ms")
+    print(f"exporter/exposition/encode.py   {a * 1000:7.2f} ms")
     print(f"client_python        {b * 1000:7.2f} ms   ({b / a:.1f}x)")
 
 

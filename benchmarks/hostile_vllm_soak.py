@@ -79,7 +79,7 @@ class Cgroups:
 
     def __init__(self) -> None:
         sys.path.insert(0, str(REPO))
-        from exporter.paths import HostPaths, self_memory_cgroup
+        from exporter.host.paths import HostPaths, self_memory_cgroup
 
         self.h = HostPaths().detect_memory_hierarchy()
         self.base = f"{self_memory_cgroup(Path('/proc')).strip('/')}/hr-soak-{secrets.token_hex(3)}"

@@ -29,10 +29,10 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from exporter.cgroup_watch import CgroupTree, KillNotifier
 from exporter.collectors.kill_counters import read_kill_counters
+from exporter.host.paths import HostPaths, MemoryHierarchy, OpenFiles
 from exporter.oom.members import LIST_EVERY, MemberTable
-from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles
+from exporter.sampling.cgroup_watch import CgroupTree, KillNotifier
 from tests.helpers.kernel import kube_tree
 
 TICK = 0.2

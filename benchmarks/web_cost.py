@@ -40,8 +40,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.docdir import DocumentDir
-from exporter.server import Security, make_app
+from exporter.postmortem.docdir import DocumentDir
+from exporter.web.app import make_app
+from exporter.web.security import Security
 from tests.conftest import fixture_pipeline, host_config
 from tests.helpers.hostile import FIXTURE_ARGS, basic, bcrypt_hash, serve
 
@@ -169,7 +170,7 @@ WORST_WEB: dict[str, Callable[[int], str]] = {
 
 
 async def web_config_worst(tmp: Path) -> dict[str, Any]:
-    from exporter.webconfig import load_web_config
+    from exporter.web.webconfig import load_web_config
 
     out: dict[str, Any] = {}
     n = 1 << 20
@@ -217,8 +218,8 @@ def orphan_scan() -> dict[str, Any]:
     from exporter.collectors.tmpfs import TmpfsData
     from exporter.collectors.tmpfs_orphans import TmpfsOrphansSettings, TmpfsOrphansSource
     from exporter.collectors.tmpfs_scan import ProcReader
+    from exporter.host.paths import HostPaths
     from exporter.model import CgroupRef, ProcessStatus, TmpfsMount
-    from exporter.paths import HostPaths
 
     stats = [0]
     fds = [str(i) for i in range(300)]

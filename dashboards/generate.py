@@ -4,7 +4,7 @@ Each source defines ``dashboard(config)``: the grafanalib dashboard a deployment
 that rules' config gets. ``dashboards(config)`` draws every source for one config, turns
 grafanalib's objects into plain JSON and upgrades that to Grafana's current model
 (``dashboards.upgrade``). ``artifacts()`` returns ``{"dashboards/<name>.json": text}``
-for the shipped config; ``exporter.generate`` writes them and copies them into the chart.
+for the shipped config; ``exporter.artifacts.generate`` writes them and copies them into the chart.
 Output is sorted, 2-space indented and ends with a newline, so two runs give identical
 bytes.
 """
@@ -75,5 +75,5 @@ def dashboards(config: Config | None = None) -> dict[str, Json]:
 
 
 def artifacts() -> dict[str, str]:
-    """Repository-relative path -> content (``exporter.generate`` adds the chart copies)."""
+    """Repository-relative path -> content (``headroom generate`` adds the chart copies)."""
     return {f"dashboards/{name}.json": render(d) for name, d in dashboards().items()}

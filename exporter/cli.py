@@ -13,12 +13,15 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from exporter import __version__, factory, launch
-from exporter.config import Config, ConfigError, add_flags, build_config
-from exporter.connections import ConnectionGuard
-from exporter.logs import setup_logging
-from exporter.server import Security, make_app, start_server
-from exporter.webconfig import WebConfigError
+from exporter import __version__, launch
+from exporter.assembly import factory
+from exporter.assembly.config import ConfigError, ExporterConfig, add_flags, build_config
+from exporter.host.logs import setup_logging
+from exporter.web.app import make_app
+from exporter.web.connections import ConnectionGuard
+from exporter.web.listener import start_server
+from exporter.web.security import Security
+from exporter.web.webconfig import WebConfigError
 
 log = logging.getLogger("exporter")
 
@@ -53,7 +56,7 @@ def build_parser(oncall: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(config: Config, security: Security | None = None) -> None:
+async def serve(config: ExporterConfig, security: Security | None = None) -> None:
     """Runs until SIGINT or SIGTERM (a graceful stop); SIGHUP re-reads the web config
     file and changes nothing else (the kernel's default for SIGHUP would kill the exporter
     with no cleanup)."""
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             print(f"headroom generate: unknown arguments: {' '.join(unknown)}",
                   file=sys.stderr)
             return USAGE_ERROR
-        from exporter.generate import run_generate
+        from exporter.artifacts.generate import run_generate
 
         return int(run_generate(args.root, check=args.check))
     if args.command in ("explain", "top"):
@@ -109,7 +112,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
         return explain.run(args) if args.command == "explain" else top.run(args)
     problems = [f"unknown flag {u}" for u in unknown]
-    config: Config | None = None
+    config: ExporterConfig | None = None
     security: Security | None = None
     try:
         config = build_config(args, env)

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import chart_to_podman as c2p  # noqa: E402
 
-from exporter.paths import MemoryHierarchy  # noqa: E402
+from exporter.host.paths import MemoryHierarchy  # noqa: E402
 from tests.helpers.kernel import Grower, KernelUnavailable, own_memory_cgroup  # noqa: E402
 from tests.helpers.net import free_port  # noqa: E402
 

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from exporter import factory
+from exporter.assembly import factory
+from exporter.assembly.config import DiscoverySettings, ExporterConfig, PathSettings
+from exporter.assembly.factory import Exporter
+from exporter.assembly.registry import NAMES
 from exporter.collectors.procfs import ProcfsSettings
 from exporter.collectors.tmpfs import TmpfsSource
-from exporter.config import Config, DiscoverySettings, PathSettings
-from exporter.encode import encode
-from exporter.factory import Exporter
+from exporter.contract.source import Source
+from exporter.exposition.encode import encode
+from exporter.exposition.render import render
+from exporter.host.paths import HostPaths
 from exporter.model import ContainerInfo, PodInfo
-from exporter.paths import HostPaths
-from exporter.registry import NAMES
-from exporter.render import render
-from exporter.source import Source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTS = FIXTURES / "hosts"
@@ -107,25 +107,25 @@ def recorded_pods() -> StaticPods:
 NOT_ON_HOST_TREES = frozenset({"nvml", "vllm", "kubernetes", "tmpfs_orphans"})
 
 
-def host_config(host: str) -> Config:
+def host_config(host: str) -> ExporterConfig:
     root = HOSTS / host
-    return Config(collectors=frozenset(NAMES) - NOT_ON_HOST_TREES).with_settings(
+    return ExporterConfig(collectors=frozenset(NAMES) - NOT_ON_HOST_TREES).with_settings(
         PathSettings(procfs=root / "proc", cgroupfs=root / "sys/fs/cgroup"),
         ProcfsSettings(pss_max_rss=4 << 30),
     )
 
 
-def on_tree(cfg: Config, root: Path) -> Config:
+def on_tree(cfg: ExporterConfig, root: Path) -> ExporterConfig:
     """The config pointed at a copy of a fixture tree."""
     return cfg.with_settings(replace(cfg.paths, procfs=root / "proc",
                                      cgroupfs=root / "sys/fs/cgroup"))
 
 
-def kubepods(cfg: Config, path: str) -> Config:
+def kubepods(cfg: ExporterConfig, path: str) -> ExporterConfig:
     return cfg.with_settings(DiscoverySettings(kubepods_path=path))
 
 
-def fixture_pipeline(cfg: Config, pods: StaticPods | None = None,
+def fixture_pipeline(cfg: ExporterConfig, pods: StaticPods | None = None,
                      replace_sources: Mapping[str, Source[object]] | None = None) -> Exporter:
     """The real exporter over a fixture tree; tmpfs sizes come from the recorded statvfs.
     Not started: no sampler thread, so the figures are the tree's."""

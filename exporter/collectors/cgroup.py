@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 from exporter.collectors.cgroup_files import CgroupGone, read_cgroup
 from exporter.collectors.meminfo import NodeMemory, parse_meminfo
-from exporter.model import CgroupMemory, CgroupRef
-from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
-from exporter.source import (
+from exporter.contract.source import (
     Context,
     Key,
     NoSettings,
@@ -21,6 +19,8 @@ from exporter.source import (
     in_thread,
     partial_result,
 )
+from exporter.host.paths import HostPaths, MemoryHierarchy, OpenFiles, read_text
+from exporter.model import CgroupMemory, CgroupRef
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exporter.collectors.cgroup_parse import RawCgroup, parse_cgroup, parse_limit
+from exporter.host.paths import MemoryHierarchy, read_text
 from exporter.model import CgroupMemory
-from exporter.paths import MemoryHierarchy, read_text
 
 
 class CgroupGone(Exception):

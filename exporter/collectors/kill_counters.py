@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from exporter.catalog import EVENT_OOM_KILL
 from exporter.collectors.cgroup_files import Reader, must_read
 from exporter.collectors.cgroup_parse import parse_flat_keyed
-from exporter.paths import MemoryHierarchy, read_text
+from exporter.host.paths import MemoryHierarchy, read_text
 
 
 @dataclass(frozen=True)

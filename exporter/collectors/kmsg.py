@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.degraded import CAP_SYSLOG, DEGRADED, DEVICE_DENIED
+from exporter.host.degraded import CAP_SYSLOG, DEGRADED, DEVICE_DENIED
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter import catalog as c
-from exporter.paths import HostPaths, read_bytes
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
+from exporter.contract.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+)
+from exporter.host.paths import HostPaths, read_bytes
 
 # PSI reads that mean "this kernel has no PSI", not a failure.
 _NO_PSI = (errno.ENOENT, errno.EOPNOTSUPP)

@@ -24,8 +24,16 @@ from typing import Protocol
 
 import pynvml
 
-from exporter.paths import HostPaths
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec, in_thread
+from exporter.contract.source import (
+    Context,
+    Key,
+    NoSettings,
+    Result,
+    SourceBase,
+    SourceSpec,
+    in_thread,
+)
+from exporter.host.paths import HostPaths
 
 log = logging.getLogger(__name__)
 

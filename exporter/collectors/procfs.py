@@ -38,12 +38,19 @@ from exporter.collectors.vllm.identity import (
     is_api_server_cmdline,
     vllm_process_name,
 )
-from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
-from exporter.labels import bounded
+from exporter.contract.settings import (
+    Settings,
+    at_least,
+    parse_duration,
+    parse_size,
+    positive,
+    setting,
+)
+from exporter.contract.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
+from exporter.host.degraded import CAP_SYS_PTRACE, DEGRADED
+from exporter.host.labels import bounded
+from exporter.host.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
 from exporter.model import CgroupRef, ProcessGroup, ProcessPss, ProcessStatus
-from exporter.paths import HostPaths, MemoryHierarchy, OpenFiles, read_bytes, read_text
-from exporter.settings import Settings, at_least, parse_duration, parse_size, positive, setting
-from exporter.source import Context, Key, Result, SourceBase, SourceSpec, in_thread
 
 ARGS_KEPT, ARG_MAX_CHARS = 128, 512
 

@@ -20,11 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.collectors import procfs
-from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
-from exporter.labels import bounded
-from exporter.model import CgroupRef, TmpfsMount
-from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
-from exporter.source import (
+from exporter.contract.source import (
     Context,
     Key,
     NoSettings,
@@ -34,6 +30,10 @@ from exporter.source import (
     in_thread,
     partial_result,
 )
+from exporter.host.degraded import CAP_SYS_PTRACE, DEGRADED
+from exporter.host.labels import bounded
+from exporter.host.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
+from exporter.model import CgroupRef, TmpfsMount
 
 SHM = "/dev/shm"
 EMPTY_DIR_MARK = "kubernetes.io~empty-dir"

@@ -26,11 +26,8 @@ from dataclasses import dataclass, field
 
 from exporter.collectors import procfs, tmpfs
 from exporter.collectors.tmpfs_scan import Orphans, ProcReader, ScanJob, walk
-from exporter.degraded import CAP_SYS_PTRACE, DEGRADED
-from exporter.model import CgroupRef
-from exporter.paths import HostPaths
-from exporter.settings import Settings, parse_duration, positive, setting
-from exporter.source import (
+from exporter.contract.settings import Settings, parse_duration, positive, setting
+from exporter.contract.source import (
     Context,
     Key,
     Result,
@@ -39,6 +36,9 @@ from exporter.source import (
     in_thread,
     partial_result,
 )
+from exporter.host.degraded import CAP_SYS_PTRACE, DEGRADED
+from exporter.host.paths import HostPaths
+from exporter.model import CgroupRef
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class PromAuth:
 
 
 @dataclass(frozen=True)
-class Sample:
+class PromSample:
     labels: Mapping[str, str]
     value: float
 
@@ -99,21 +99,21 @@ def parse_matrix(body: Mapping[str, Any]) -> list[RangeSeries]:
     return out
 
 
-def parse_vector(body: Mapping[str, Any]) -> list[Sample]:
+def parse_vector(body: Mapping[str, Any]) -> list[PromSample]:
     """The ``data`` of a successful instant query -> samples (vector or scalar).
     NaN and infinities are dropped: a ratio over nothing is no evidence."""
     data = body.get("data") or {}
     kind = data.get("resultType")
-    out: list[Sample] = []
+    out: list[PromSample] = []
     if kind == "vector":
         for r in data.get("result", []):
             value = float(r["value"][1])
             if math.isfinite(value):
-                out.append(Sample(dict(r.get("metric", {})), value))
+                out.append(PromSample(dict(r.get("metric", {})), value))
     elif kind == "scalar":
         value = float(data["result"][1])
         if math.isfinite(value):
-            out.append(Sample({}, value))
+            out.append(PromSample({}, value))
     return out
 
 
@@ -175,7 +175,7 @@ class PromClient:
             raise PromError(f"{self.url}: query failed: {error or body!r}"[:500])
         return body
 
-    async def query(self, expr: str, at: float | None = None) -> list[Sample]:
+    async def query(self, expr: str, at: float | None = None) -> list[PromSample]:
         form = {"query": expr}
         if at is not None:
             form["time"] = f"{at:.3f}"
@@ -188,5 +188,5 @@ class PromClient:
         return parse_matrix(await self._post("/api/v1/query_range", form))
 
     async def query_many(self, exprs: Sequence[str], at: float | None = None
-                         ) -> list[list[Sample]]:
+                         ) -> list[list[PromSample]]:
         return list(await asyncio.gather(*(self.query(e, at) for e in exprs)))

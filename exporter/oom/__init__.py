@@ -1,4 +1,5 @@
-"""After an OOM kill the evidence is gone with the container: keep it. The watcher names
-kills (``watcher.py``), the recorder keeps the minutes before (``recorder.py``), the store
-writes and serves one document per kill (``documents.py``); ``postmortem.py`` wires them
-to the sampler and the scrapes."""
+"""What an OOM kill is, and how many there were: the watcher names kills and counts each
+once (``watcher.py``, the one definition of a kill), the tally carries its counts as a
+source's result (``tally.py``), the member table knows who is in each tracked cgroup so a
+victim can be named without the kernel log (``members.py``). What is kept of each kill
+is ``exporter/postmortem/``."""

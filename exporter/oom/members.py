@@ -41,8 +41,8 @@ from exporter.collectors.procfacts import (
     split_cmdline,
 )
 from exporter.collectors.procfs import process_name
+from exporter.host.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
 from exporter.oom.watcher import ProcessEntry
-from exporter.paths import HostPaths, MemoryHierarchy, read_bytes, read_text
 
 MAX_MEMBERS = 1024  # processes followed per cgroup (the first listed)
 MAX_TOTAL = 32768  # processes followed on the node (about 5 MiB of entries)

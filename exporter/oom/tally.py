@@ -1,5 +1,5 @@
 """The OOM watcher's output as a source's data: the kills it counted, read once per
-scrape and joined like every other source's ``Result`` (``exporter/join.py``).
+scrape and joined like every other source's ``Result`` (``exporter/exposition/join.py``).
 
 What counts as one kill (a memory.oom.group kill of several processes is one; history
 before the exporter started is not news) is defined in one place, the watcher
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.contract.source import Key
 from exporter.model import Workload
-from exporter.source import Key
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,6 @@ names), ``syntax`` (writing PromQL); import them from here.
 
 from __future__ import annotations
 
-from exporter.promql.config import (
-    CONFIG,
-    DAY,
-    DURATION_FIELDS,
-    HOUR,
-    MINUTE,
-    Config,
-    MiB,
-)
 from exporter.promql.names import (
     ALERT_NAMES,
     BINDING,
@@ -90,6 +81,7 @@ from exporter.promql.names import (
     WORKING_SET_BASELINE,
     WORKING_SET_HOURLY_MIN,
 )
+from exporter.promql.rules_config import CONFIG, DAY, DURATION_FIELDS, HOUR, MINUTE, Config, MiB
 from exporter.promql.syntax import (
     by,
     duration,

@@ -6,7 +6,7 @@ import string
 import textwrap
 
 from exporter.catalog import MetricSpec
-from exporter.promql.config import DAY, HOUR, MINUTE
+from exporter.promql.rules_config import DAY, HOUR, MINUTE
 
 
 def selector(*matchers: str, **equal: str) -> str:

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from exporter import __version__
-from exporter.encode import encode
-from exporter.factory import Exporter
-from exporter.oncall.postmortem_page import render_document, wants_html
-from exporter.oom.documents import DocumentStore
-from exporter.oomindex import IndexCache
-from exporter.render import render
+from exporter.assembly.factory import Exporter
+from exporter.exposition.encode import encode
+from exporter.exposition.render import render
+from exporter.postmortem.documents import DocumentStore
+from exporter.postmortem.index import IndexCache
+from exporter.postmortem.page import render_document, wants_html
 from exporter.web.connections import ConnectionGuard
 from exporter.web.renders import Renders
 from exporter.web.security import Security

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.collectors.kube.source import KubernetesSettings
+from exporter.collectors.kube.pods import KubernetesSettings
 
 pytestmark = pytest.mark.chart  # real Helm: the chart tier
 
@@ -486,8 +486,8 @@ def test_sampler_window_defaults_to_scrape_interval() -> None:
 
 
 def _exporter_parse(args: list[str], tmp: Path) -> Any:
-    """Parse rendered args with the exporter's own flag table (exporter/config.py)."""
-    from exporter import config as cfg
+    """Parse rendered args with the exporter's own flag table (exporter/assembly/config.py)."""
+    from exporter.assembly import config as cfg
 
     host = {"/host/proc": tmp / "proc", "/host/sys/fs/cgroup": tmp / "cgroup"}
     for d in host.values():
@@ -522,7 +522,7 @@ def test_exporter_accepts_the_args(case: str, tmp_path: Path) -> None:
         assert config.settings(KubernetesSettings).node_name == "gpu-node-1"
     assert set(config.collectors) == enabled
     window = e["sampler"]["window"] or values["monitor"]["interval"]
-    from exporter.settings import parse_duration
+    from exporter.contract.settings import parse_duration
 
     assert config.sampler.window == parse_duration(window)
     if values["flightRecorder"]["enabled"]:

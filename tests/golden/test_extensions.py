@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from exporter.assembly.factory import Exporter
 from exporter.collectors.nvml import NvmlCollector, NvmlSource
 from exporter.collectors.vllm.locate import pod_ip_from_fib_trie
-from exporter.collectors.vllm.source import VllmSettings, VllmSource
-from exporter.factory import Exporter
+from exporter.collectors.vllm.servers import VllmSettings, VllmSource
+from exporter.contract.source import Source
+from exporter.host.paths import HostPaths
 from exporter.model import ContainerInfo, PodInfo
-from exporter.paths import HostPaths
-from exporter.source import Source
 from tests.conftest import (
     FIXTURES,
     GOLDEN,

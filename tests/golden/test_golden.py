@@ -85,8 +85,8 @@ async def test_text_and_openmetrics_parse_back_to_the_same_samples(
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
     from prometheus_client.parser import text_string_to_metric_families as prom
 
-    from exporter.encode import encode
-    from exporter.render import render
+    from exporter.exposition.encode import encode
+    from exporter.exposition.render import render
 
     pipeline = fixture_pipeline(host_config(host), recorded_pods() if CASES[host] else None)
     make_pipeline.append(pipeline)
@@ -104,7 +104,7 @@ def test_label_and_help_escaping_round_trip() -> None:
     from prometheus_client.parser import text_string_to_metric_families as prom
 
     from exporter.catalog import MetricSpec
-    from exporter.encode import Family, encode_families
+    from exporter.exposition.encode import Family, encode_families
 
     spec = MetricSpec("headroom_test_bytes", "gauge", ("a", "b"), "help \\ and\nnewline")
     fam = Family(spec)

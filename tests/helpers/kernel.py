@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.paths import HostPaths, MemoryHierarchy, self_memory_cgroup
+from exporter.host.paths import HostPaths, MemoryHierarchy, self_memory_cgroup
 
 GROWER = r"""
 import mmap, os, sys, time

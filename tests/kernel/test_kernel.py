@@ -25,17 +25,18 @@ from pathlib import Path
 
 import pytest
 
-from exporter import cadence, factory
-from exporter.config import (
-    Config,
+from exporter.assembly import factory
+from exporter.assembly.config import (
     DiscoverySettings,
+    ExporterConfig,
     PathSettings,
     RecorderSettings,
     SamplerSettings,
 )
-from exporter.factory import Exporter as Pipeline
-from exporter.paths import FdBudget
-from exporter.usage_events import UsageThresholds
+from exporter.assembly.factory import Exporter as Pipeline
+from exporter.host.paths import FdBudget
+from exporter.sampling import cadence
+from exporter.sampling.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
 from tests.helpers.kernel import (
     Grower,
@@ -69,7 +70,7 @@ def make_pipeline(tree: KubeTree, sampler_interval: float = 0.2,
                   flight_recorder_dir: Path | None = None, sampler_window: float = 30.0,
                   kmsg: Path | None = Path("/dev/kmsg")) -> Pipeline:
     """The real exporter on this kernel, started (its sampler runs)."""
-    cfg = Config(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
+    cfg = ExporterConfig(collectors=frozenset({"cgroup", "procfs", "tmpfs"})).with_settings(
         DiscoverySettings(kubepods_path=tree.kubepods, host_vllm=False),  # hermetic
         SamplerSettings(interval=sampler_interval, window=sampler_window),
         PathSettings(kmsg=kmsg),

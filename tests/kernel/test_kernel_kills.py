@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.factory import Exporter as Pipeline
+from exporter.assembly.factory import Exporter as Pipeline
 from exporter.oom.watcher import GUESS_WAIT, VICTIM_GRACE
 from tests.helpers.kernel import Grower, KubeTree, cpu_stress, kube_tree, oom_kills
 from tests.kernel.test_kernel import SKIP, Scrape, make_pipeline, scrape, wait_samples

@@ -23,7 +23,7 @@ from exporter.oncall.diagnosis import (
     Trend,
     diagnose,
 )
-from exporter.oncall.prom_client import Sample, parse_vector
+from exporter.oncall.prom_client import PromSample, parse_vector
 from exporter.oncall.units import DAY, fmt_duration, fmt_rate
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -182,7 +182,7 @@ def test_every_query_names_a_contract_metric() -> None:
 
 
 def test_answers_to_evidence() -> None:
-    s = Sample
+    s = PromSample
     answers = {
         "limit": [s({"container": ""}, 32 * GiB), s({"container": "vllm"}, 32 * GiB),
                   s({"container": "gone"}, 0)],
@@ -208,9 +208,9 @@ def test_prometheus_answers_parse() -> None:
                       '{"metric":{"container":"a"},"value":[1,"5"]},'
                       '{"metric":{"container":"b"},"value":[1,"NaN"]},'
                       '{"metric":{"container":"c"},"value":[1,"+Inf"]}]}}')
-    assert parse_vector(body) == [Sample({"container": "a"}, 5.0)]
+    assert parse_vector(body) == [PromSample({"container": "a"}, 5.0)]
     assert parse_vector({"data": {"resultType": "scalar", "result": [1, "2"]}}) == [
-        Sample({}, 2.0)]
+        PromSample({}, 2.0)]
     assert parse_vector({}) == []
 
 
@@ -243,9 +243,9 @@ def test_every_runbook_named_exists() -> None:
 def test_escape_sequences_in_names_never_reach_the_terminal() -> None:
     evil = "Engine\x1b]0;pwned\x07\x1b[2J\nCore"
     answers = {
-        "limit": [Sample({"container": evil}, 32 * GiB)],
-        "unreclaimable.now": [Sample({"container": evil}, 31 * GiB)],
-        "processes.now": [Sample({"container": evil, "process": evil, "kind": "rss_anon"}, 1)],
+        "limit": [PromSample({"container": evil}, 32 * GiB)],
+        "unreclaimable.now": [PromSample({"container": evil}, 31 * GiB)],
+        "processes.now": [PromSample({"container": evil, "process": evil, "kind": "rss_anon"}, 1)],
     }
     e = x.evidence(evil, evil, 0.0, answers)
     text = x.to_text(diagnose(e)) + x.to_json(diagnose(e))

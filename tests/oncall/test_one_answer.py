@@ -39,7 +39,7 @@ import yaml
 from exporter import catalog as c
 from exporter.oncall import forecast as fc
 from exporter.oncall import top
-from exporter.oncall.postmortem_page import render_document
+from exporter.postmortem.page import render_document
 from exporter.promql import LIMIT, TOP_GROWER
 from tests.helpers.net import free_port, wait_http
 

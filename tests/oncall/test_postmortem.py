@@ -10,11 +10,11 @@ from pathlib import Path
 
 from exporter.collectors.kill_counters import KillCounters
 from exporter.collectors.kmsg import KernelVictim, pair_victims, parse_kmsg_record
+from exporter.host.paths import HostPaths, MemoryHierarchy
 from exporter.model import Workload
 from exporter.oom.members import NEW_PER_PASS, MemberTable
-from exporter.oom.recorder import FlightRecorder
 from exporter.oom.watcher import RECENT, CgroupLabels, OomKill, OomWatcher, ProcessEntry
-from exporter.paths import HostPaths, MemoryHierarchy
+from exporter.postmortem.recorder import FlightRecorder
 from tests.conftest import HOSTS
 
 # /dev/kmsg records written by this machine's kernel (6.18) for a real memcg OOM kill.

@@ -10,12 +10,7 @@ from typing import Any
 
 import pytest
 
-from exporter.oncall.postmortem_page import (
-    chart_data,
-    render_document,
-    render_index,
-    wants_html,
-)
+from exporter.postmortem.page import chart_data, render_document, render_index, wants_html
 
 MiB = 1 << 20
 KILL = 1_800_000_000.0

@@ -1,10 +1,10 @@
-"""The sampler's pace per cgroup (exporter/cadence.py): fast only near the limit, on a
+"""The sampler's pace per cgroup (exporter/sampling/cadence.py): fast only near the limit, on a
 ramp, after a notification or while young; once per clock second otherwise."""
 
 from __future__ import annotations
 
-from exporter import cadence
-from exporter.cadence import Cadence
+from exporter.sampling import cadence
+from exporter.sampling.cadence import Cadence
 
 MiB = 1 << 20
 LIMIT = 1024 * MiB

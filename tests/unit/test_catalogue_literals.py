@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from exporter import catalog as c
-from exporter import promql, registry
+from exporter import promql
+from exporter.assembly import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

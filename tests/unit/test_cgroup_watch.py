@@ -1,4 +1,4 @@
-"""Finding cgroups between scrapes (exporter/cgroup_watch.py) on a directory tree shaped
+"""Finding cgroups between scrapes (exporter/sampling/cgroup_watch.py) on a directory tree shaped
 like a kubelet's: the same answers from inotify and from the scan. inotify reports mkdir
 on any filesystem, so this runs without root; the real cgroupfs (v1 and v2) is covered
 by tests/kernel/test_kernel_kills.py."""
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cgroup_watch import CgroupTree
 from exporter.collectors.kill_counters import KillCounters
-from exporter.kill_domains import Domain
-from exporter.paths import MemoryHierarchy
-from exporter.sampler import PeakSampler, Sample
+from exporter.host.paths import MemoryHierarchy
+from exporter.sampling.cgroup_watch import CgroupTree
+from exporter.sampling.kill_domains import Domain
+from exporter.sampling.sampler import PeakSampler, Sample
 
 CID = "ab" * 32
 

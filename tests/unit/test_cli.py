@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from exporter.assembly.config import ConfigError, build_config
+from exporter.assembly.registry import SOURCES
 from exporter.cli import build_parser, main
-from exporter.collectors.kube.source import KubernetesSettings
+from exporter.collectors.kube.pods import KubernetesSettings
 from exporter.collectors.procfs import ProcfsSettings
-from exporter.config import ConfigError, build_config
-from exporter.registry import SOURCES
-from exporter.settings import env_name, parse_duration, parse_size
+from exporter.contract.settings import env_name, parse_duration, parse_size
 from tests.conftest import HOSTS
 from tests.helpers.net import free_port, wait_http
 

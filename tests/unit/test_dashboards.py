@@ -42,7 +42,7 @@ import dashboards
 from dashboards import generate
 from dashboards.names import RECORDING_RULES
 from exporter import catalog
-from exporter.generate import TABLE
+from exporter.artifacts.generate import TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -73,7 +73,7 @@ COUNTER_FN = re.compile(
 )
 VAR = re.compile(r"\$\{?([a-zA-Z_]\w*)")
 
-# Where the chart keeps its copies of the dashboards (exporter/generate.py TABLE).
+# Where the chart keeps its copies of the dashboards (exporter/artifacts/generate.py TABLE).
 CHART_DASHBOARDS = next(p.chart_copies for p in TABLE if p.name == "dashboards")
 
 
@@ -190,7 +190,7 @@ def test_generation_is_deterministic_and_committed() -> None:
 
 
 def test_headroom_generate_collects_dashboards() -> None:
-    from exporter.generate import collect_artifacts
+    from exporter.artifacts.generate import collect_artifacts
 
     out = collect_artifacts(ROOT)
     for rel, text in generate.artifacts().items():

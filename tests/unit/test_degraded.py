@@ -1,4 +1,4 @@
-"""exporter/degraded.py: data lost to a missing capability is logged once and exported.
+"""exporter/host/degraded.py: data lost to a missing capability is logged once and exported.
 
 The end-to-end proof is the container check (`bash scripts/image.sh check`, run by
 scripts/test.sh with SYS_PTRACE removed from the chart's pod); here the parts on literal
@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from exporter import catalog as c
-from exporter.degraded import (
+from exporter.exposition.encode import encode_families
+from exporter.exposition.join import Snapshot
+from exporter.exposition.render import health_families
+from exporter.host.degraded import (
     CAP_SYS_PTRACE,
     CAP_SYSLOG,
     DEVICE_DENIED,
@@ -28,9 +31,6 @@ from exporter.degraded import (
     effective_caps,
     reason_for,
 )
-from exporter.encode import encode_families
-from exporter.join import Snapshot
-from exporter.render import health_families
 from tests.helpers.kernel import KernelUnavailable, own_memory_cgroup
 from tests.helpers.net import free_port, stop_all, wait_http
 
@@ -52,7 +52,7 @@ def test_effective_caps_and_the_reason_they_give() -> None:
 def test_each_degradation_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     d = Degradations()
     d._caps = 0  # as in a container without capabilities
-    with caplog.at_level(logging.WARNING, logger="exporter.degraded"):
+    with caplog.at_level(logging.WARNING, logger="exporter.host.degraded"):
         for pid in (10, 11, 12):
             d.report("procfs", CAP_SYS_PTRACE, f"smaps_rollup of pid {pid}: Permission denied")
         d.report("tmpfs", CAP_SYS_PTRACE, "/host/proc/10/root: Permission denied")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.docdir import DocumentDir
+from exporter.postmortem.docdir import DocumentDir
 from tests.helpers.hostile import FIXTURE_ARGS, http_get, serve
 
 NAME = "20261130T220000Z-ns-pod-c-123.json"
@@ -115,8 +115,8 @@ def test_f16_store_serves_from_memory_when_the_disk_is_full(tiny_tmpfs: Path) ->
     """On a full disk the document is still served (from memory), nothing is left on
     disk, and two kills of one workload in one millisecond keep two documents."""
     from exporter.model import Workload
-    from exporter.oom.documents import DocumentStore
     from exporter.oom.watcher import OomKill
+    from exporter.postmortem.documents import DocumentStore
 
     (tiny_tmpfs / "filler").write_bytes(b"\0" * (60 << 10))
     store = DocumentStore(tiny_tmpfs / "oom")

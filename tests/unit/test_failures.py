@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter import factory
-from exporter.config import ScrapeSettings
-from exporter.paths import CgroupLayoutError, HostPaths
+from exporter.assembly import factory
+from exporter.assembly.config import ScrapeSettings
+from exporter.host.paths import CgroupLayoutError, HostPaths
 from tests.conftest import (
     HOSTS,
     exposition,

@@ -46,9 +46,9 @@ from exporter.collectors.vllm.kv_events import (
     decode_batch,
 )
 from exporter.collectors.vllm.metrics import VllmParseError, parse_vllm_metrics
+from exporter.host.paths import HostPaths, MemoryHierarchy
+from exporter.host.workloads import classify
 from exporter.model import CgroupRef
-from exporter.paths import HostPaths, MemoryHierarchy
-from exporter.workloads import classify
 
 pytestmark = pytest.mark.fuzz
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter import chart
-from exporter.config import add_flags, build_config
-from exporter.generate import (
+from exporter.artifacts import chart
+from exporter.artifacts.generate import (
     TABLE,
     GenerateError,
     Part,
@@ -24,10 +23,11 @@ from exporter.generate import (
     run_generate,
     strays,
 )
-from exporter.paths import HostPaths
-from exporter.registry import SOURCES
-from exporter.settings import Settings, parse_duration, repeated, setting
-from exporter.source import Context, Key, Result, SourceBase, SourceSpec
+from exporter.assembly.config import add_flags, build_config
+from exporter.assembly.registry import SOURCES
+from exporter.contract.settings import Settings, parse_duration, repeated, setting
+from exporter.contract.source import Context, Key, Result, SourceBase, SourceSpec
+from exporter.host.paths import HostPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -43,8 +43,8 @@ def test_info_label_values_with_esc_rtl_and_bad_bytes_are_made_safe() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from exporter.collectors.procfs import process_name
-    from exporter.encode import label_pairs
-    from exporter.labels import LABEL_MAX, bounded, bounded_unique
+    from exporter.exposition.encode import label_pairs
+    from exporter.host.labels import LABEL_MAX, bounded, bounded_unique
 
     hostile = "\x1b[2Jvllm\u202egnp.exe\udcff\n"
     name = process_name([hostile.strip() + "y" * 500], "comm")

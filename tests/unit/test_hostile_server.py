@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.config import ScrapeSettings
-from exporter.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
+from exporter.assembly.config import ScrapeSettings
+from exporter.host.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
 from exporter.web import app as web_app
 from exporter.web.app import make_app
 from exporter.web.connections import ConnectionGuard

@@ -20,10 +20,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.config import RecorderSettings, ScrapeSettings
-from exporter.docdir import DocumentDir
-from exporter.factory import Exporter
-from exporter.oom.documents import DocumentStore
+from exporter.assembly.config import RecorderSettings, ScrapeSettings
+from exporter.assembly.factory import Exporter
+from exporter.postmortem.docdir import DocumentDir
+from exporter.postmortem.documents import DocumentStore
 from exporter.web.app import make_app
 from exporter.web.auth import BasicAuth
 from exporter.web.security import Security
@@ -267,7 +267,7 @@ def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
 def test_r6_index_cache_follows_the_directory(tmp_path: Path) -> None:
     """The cache is keyed on each file's (inode, size, mtime): a new, rewritten or removed
     document shows at the next request, and a request parses at most ``parses``."""
-    from exporter.oomindex import IndexCache
+    from exporter.postmortem.index import IndexCache
 
     store = DocumentStore(tmp_path / "oom")
     d = DocumentDir(tmp_path / "oom")

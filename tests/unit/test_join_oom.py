@@ -4,15 +4,15 @@ kills (the kernel counts a kill only in the victim's own cgroup there)."""
 
 from __future__ import annotations
 
+from exporter.assembly.factory import Exporter
 from exporter.collectors import cgroup
 from exporter.collectors.cgroup import CgroupData
 from exporter.collectors.meminfo import NodeMemory
-from exporter.factory import Exporter
-from exporter.join import join
+from exporter.contract.source import Result, Results
+from exporter.exposition.join import join
 from exporter.model import CgroupMemory, CgroupRef, Workload
 from exporter.oom import tally
 from exporter.oom.tally import KillTally
-from exporter.source import Result, Results
 from tests.conftest import exposition, fixture_pipeline, host_config, parse_exposition
 
 POD = "kubepods/burstable/pod1234"

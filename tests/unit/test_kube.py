@@ -31,7 +31,7 @@ from exporter.collectors.kube.parse import (
     parse_pod,
     strip_container_id,
 )
-from exporter.collectors.kube.source import KubernetesSettings, in_cluster, watcher_for
+from exporter.collectors.kube.pods import KubernetesSettings, in_cluster, watcher_for
 from exporter.collectors.kube.watch import KubePodWatcher
 from exporter.model import ContainerInfo, PodInfo
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.assembly.factory import Exporter
 from exporter.collectors.node_pressure import (
     NodePressure,
     NodePressureSource,
@@ -20,8 +21,7 @@ from exporter.collectors.node_pressure import (
     parse_vmstat,
     read_node_pressure,
 )
-from exporter.factory import Exporter
-from exporter.paths import HostPaths
+from exporter.host.paths import HostPaths
 from tests.conftest import HOSTS, exposition, fixture_pipeline, host_config, on_tree
 
 PSI_6X = ("some avg10=12.50 avg60=3.00 avg300=0.75 total=98765432\n"

@@ -21,8 +21,8 @@ from exporter.collectors.procfs import (
     process_name,
 )
 from exporter.collectors.vllm.identity import is_vllm_cmdline
+from exporter.host.paths import HostPaths
 from exporter.model import CgroupRef, ProcessPss, ProcessStatus
-from exporter.paths import HostPaths
 from tests.conftest import HOSTS
 
 NAMES = [
@@ -131,7 +131,7 @@ def test_pss_gate_interval_and_vanished_pid(tmp_path: Path) -> None:
 
 
 def _refs(h: object) -> list[CgroupRef]:
-    from exporter.workloads import walk_kubepods
+    from exporter.host.workloads import walk_kubepods
 
     return walk_kubepods(h, "kubepods")  # type: ignore[arg-type]
 

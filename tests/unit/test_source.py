@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from exporter import render as render_module
+from exporter.assembly.discovery import Discovery
+from exporter.assembly.pipeline import Named, Pipeline
 from exporter.collectors import procfs
-from exporter.discovery import Discovery
-from exporter.encode import encode
-from exporter.join import Snapshot
-from exporter.paths import HostPaths
-from exporter.pipeline import Named, Pipeline
-from exporter.render import render
-from exporter.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec
+from exporter.contract.source import Context, Key, NoSettings, Result, SourceBase, SourceSpec
+from exporter.exposition import render as render_module
+from exporter.exposition.encode import encode
+from exporter.exposition.join import Snapshot
+from exporter.exposition.render import render
+from exporter.host.paths import HostPaths
 from tests.conftest import HOSTS, parse_exposition
 
 ROOT = HOSTS / "v1-cgroupfs-containerd"

@@ -335,7 +335,7 @@ class CountingReader:
 
 
 def _orphan_source(tmp_path: Path, reader: ProcReader) -> TmpfsOrphansSource:
-    from exporter.paths import HostPaths
+    from exporter.host.paths import HostPaths
 
     src = TmpfsOrphansSource(TmpfsOrphansSettings(), HostPaths(procfs=tmp_path / "proc",
                                                               cgroupfs=tmp_path / "cg"))

@@ -22,14 +22,14 @@ import msgpack
 import pytest
 
 from exporter.collectors.procfs import ProcfsData
-from exporter.collectors.vllm import source as vllm_source
+from exporter.collectors.vllm import servers as vllm_source
 from exporter.collectors.vllm.identity import ApiServer
 from exporter.collectors.vllm.kv_events import KvBlockTracker, LostReason, decode_batch
 from exporter.collectors.vllm.locate import Candidate, LocatedServer, find_servers
-from exporter.collectors.vllm.source import VllmData, VllmSettings, VllmSource
+from exporter.collectors.vllm.servers import VllmData, VllmSettings, VllmSource
+from exporter.contract.source import Context, Results
+from exporter.host.paths import HostPaths
 from exporter.model import CgroupRef, ProcessStatus
-from exporter.paths import HostPaths
-from exporter.source import Context, Results
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collectors.procfacts import split_cmdline
 from exporter.collectors.vllm.identity import is_vllm_cmdline
-from exporter.paths import self_memory_cgroup
+from exporter.host.paths import self_memory_cgroup
 from tests.conftest import HOSTS
 from tests.helpers.kernel import KernelUnavailable, kube_tree
 from tests.helpers.net import free_port

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.host.workloads import classify, workload_of
 from exporter.model import CgroupRef, ContainerInfo, PodInfo
-from exporter.workloads import classify, workload_of
 
 UID = "4c1e0b8e-7d0a-4c1b-9a53-1f7e2f0b9c11"
 UIDU = UID.replace("-", "_")

@@ -113,7 +113,7 @@ Arguments of `headroom serve`, as a YAML list (toYaml quotes what needs quoting)
 {{- $args = append $args (printf "--path.kmsg=%s" (include "headroom.kmsgMount" .)) }}
 {{- end }}
 {{- /* Collectors and their settings, in the registry's order (files/sources.yaml is
-written by `headroom generate` from exporter/registry.py). */}}
+written by `headroom generate` from exporter/assembly/registry.py). */}}
 {{- $sources := (.Files.Get "files/sources.yaml" | fromYaml).sources }}
 {{- range $src := $sources }}
 {{- $args = append $args (printf "--%scollector.%s" (ternary "" "no-" (index $e.collectors $src.name)) $src.name) }}

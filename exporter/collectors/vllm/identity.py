@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.labels import bounded
+from exporter.host.labels import bounded
 
 VLLM_TITLE_PREFIX = "VLLM::"
 API_SERVER = "APIServer"  # the process label of an API server

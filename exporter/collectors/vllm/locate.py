@@ -39,8 +39,8 @@ from exporter.collectors.sockets import ListenSocket, listening_of, parse_listen
 from exporter.collectors.vllm.identity import ApiServer
 from exporter.collectors.vllm.kv_endpoints import base_url
 from exporter.collectors.vllm.reading import redact_url
+from exporter.host.paths import HostPaths, read_text
 from exporter.model import CgroupRef, PodDirectory, PodInfo
-from exporter.paths import HostPaths, read_text
 
 ANNOTATION_VLLM_PORT = "headroom.io/vllm-port"
 ANNOTATION_PROM_PORT = "prometheus.io/port"

@@ -11,7 +11,7 @@ from exporter.catalog import RSS_ANON, RSS_SHMEM
 from exporter.oncall import diagnosis as dx
 from exporter.oncall import forecast as fc
 from exporter.oncall.explain.queries import TREND_FIELDS
-from exporter.oncall.prom_client import RangeSeries, Sample
+from exporter.oncall.prom_client import PromSample, RangeSeries
 from exporter.oncall.units import fmt_bytes, fmt_duration, fmt_rate, printable
 from exporter.promql import KIND_DEV_SHM
 
@@ -21,7 +21,7 @@ RANGE_STEP = 60.0  # the rules' evaluation interval: the mirror sees what they s
 KILL_STEP = 15.0
 BEFORE_KILL = 30 * 60.0  # "what grew before it": the half hour before the kill
 
-Answers = Mapping[str, Sequence[Sample]]
+Answers = Mapping[str, Sequence[PromSample]]
 
 
 def _values(answers: Answers, name: str, by: Sequence[str]) -> dict[Key, float]:

@@ -14,13 +14,13 @@ itself (``top`` without Prometheus, the post-mortem's sampler points, explain wh
 rules are not loaded). It mirrors ``alerts/rules.py``; when one changes, change the other
 (tests/test_one_answer.py feeds both the same series).
 
-Pure: no I/O. The package: :mod:`.contract` (the forecast as data, the binding cgroup),
+Pure: no I/O. The package: :mod:`.data` (the forecast as data, the binding cgroup),
 :mod:`.recorded` (reading the recorded series), :mod:`.series` (the rules' windows and
 PromQL functions over points), :mod:`.mirror` (the rules in Python), :mod:`.rise` (what
 grew before a kill).
 """
 
-from exporter.oncall.forecast.contract import (
+from exporter.oncall.forecast.data import (
     CONTRACT,
     GROWER_KINDS,
     HORIZONS,

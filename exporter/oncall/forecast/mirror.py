@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import KIND_ANON, KIND_KERNEL, KIND_SHMEM, KIND_SOCK
-from exporter.oncall.forecast.contract import (
+from exporter.oncall.forecast.data import (
     GROWER_KINDS,
     HORIZONS,
     LOCAL,

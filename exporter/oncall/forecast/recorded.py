@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from exporter.oncall.forecast.contract import HORIZONS, RECORDED, Forecast, Grower, Workload
-from exporter.oncall.prom_client import Sample
+from exporter.oncall.forecast.data import HORIZONS, RECORDED, Forecast, Grower, Workload
+from exporter.oncall.prom_client import PromSample
 from exporter.promql import (
     BINDING,
     GROWTH,
@@ -36,11 +36,11 @@ def recorded_queries(sel: str) -> dict[str, str]:
     }
 
 
-def from_recorded(answers: Mapping[str, Sequence[Sample]]) -> dict[Workload, Forecast]:
+def from_recorded(answers: Mapping[str, Sequence[PromSample]]) -> dict[Workload, Forecast]:
     """The answers of :func:`recorded_queries` -> one forecast per cgroup. Two exporters
     scraping one cgroup (or two Prometheus replicas) give the same series twice: the
     highest value wins (the nearer kill for time to limit)."""
-    def key(r: Sample) -> Workload:
+    def key(r: PromSample) -> Workload:
         lb = r.labels
         return lb.get("namespace", ""), lb.get("pod", ""), lb.get("container", "")
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.oncall.forecast.contract import Point
+from exporter.oncall.forecast.data import Point
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporter.oncall.forecast.contract import Point
+from exporter.oncall.forecast.data import Point
 from exporter.promql import CONFIG, Config
 
 HOUR_S = 3600.0

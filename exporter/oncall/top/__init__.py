@@ -16,22 +16,22 @@ growth, /dev/shm, name), ``/`` filters (Enter applies, Esc clears), arrows or ``
 move, Enter opens a pod (its cgroups and processes with growth and limit), Esc goes
 back, ``q`` quits. Keyboard only, so it works over SSH.
 
-The model is pure: :mod:`.exposition` (one read of the exporter), :mod:`.history` (the
+The model is pure: :mod:`.local` (one read of the exporter), :mod:`.history` (the
 local forecast over top's reads), :mod:`.cluster` (the recorded forecast), :mod:`.rows`,
 :mod:`.state`, :mod:`.screen` (the lines to draw) and :mod:`.keys` (input). Only
-:mod:`.wire` and :mod:`.reader` touch the network, and :mod:`.command` the terminal.
+:mod:`.wire` and :mod:`.reader` touch the network, and :mod:`.terminal` the terminal.
 """
 
+from exporter.oncall.top.cells import cut_middle, width_of
 from exporter.oncall.top.cluster import cluster_of, cluster_queries, cluster_rows
-from exporter.oncall.top.command import add_arguments, main, run
-from exporter.oncall.top.exposition import Cgroup, Pod, Proc, parse
 from exporter.oncall.top.history import Histories, local_forecasts
 from exporter.oncall.top.keys import handle_key
+from exporter.oncall.top.local import Cgroup, Pod, Proc, parse
 from exporter.oncall.top.reader import Read, Reader, apply, local_reader
 from exporter.oncall.top.rows import local_rows, sort_rows
 from exporter.oncall.top.screen import COLUMNS, draw
 from exporter.oncall.top.state import State
-from exporter.oncall.top.text import cut_middle, width_of
+from exporter.oncall.top.terminal import add_arguments, main, run
 
 __all__ = [
     "COLUMNS", "Cgroup", "Histories", "Pod", "Proc", "Read", "Reader", "State",

@@ -2,6 +2,6 @@
 
 import sys
 
-from exporter.oncall.top.command import main
+from exporter.oncall.top.terminal import main
 
 sys.exit(main())

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from exporter import catalog as c
 from exporter.oncall import forecast as fc
-from exporter.oncall.prom_client import Sample
-from exporter.oncall.top.exposition import Key, Proc
+from exporter.oncall.prom_client import PromSample
+from exporter.oncall.top.cells import finite
+from exporter.oncall.top.local import Key, Proc
 from exporter.oncall.top.rows import KillMark, Row, row_of
-from exporter.oncall.top.text import finite
 from exporter.oncall.top.wire import query_prometheus
 from exporter.oncall.units import printable
 
@@ -55,13 +55,13 @@ def cluster_queries(extra: str = "") -> dict[str, str]:
     return q
 
 
-def cluster_of(answers: Mapping[str, Sequence[Sample]]) -> Cluster:
+def cluster_of(answers: Mapping[str, Sequence[PromSample]]) -> Cluster:
     """The answers of :func:`cluster_queries` -> forecasts and each pod's extras."""
     def per_pod(name: str) -> dict[Key, float]:
         return {(printable(s.labels.get("namespace", "")), printable(s.labels.get("pod", ""))):
                 s.value for s in answers.get(name, ())}
 
-    clean = {k: [Sample({lk: printable(lv) for lk, lv in s.labels.items()}, s.value)
+    clean = {k: [PromSample({lk: printable(lv) for lk, lv in s.labels.items()}, s.value)
                  for s in v] for k, v in answers.items()}
     at = per_pod("kill_at")
     kills: dict[Key, KillMark] = {}
@@ -75,11 +75,11 @@ def cluster_of(answers: Mapping[str, Sequence[Sample]]) -> Cluster:
                    per_pod("kv"), kills, *cluster_processes(clean))
 
 
-def cluster_processes(answers: Mapping[str, Sequence[Sample]]
+def cluster_processes(answers: Mapping[str, Sequence[PromSample]]
                       ) -> tuple[dict[Key, tuple[Proc, ...]],
                                  dict[tuple[str, str, str, str], float]]:
     """The process view's rows per pod and their recorded growth (PROCESS_GROWTH)."""
-    def ident(s: Sample) -> tuple[str, str, str, str]:
+    def ident(s: PromSample) -> tuple[str, str, str, str]:
         lb = s.labels
         return (lb.get("namespace", ""), lb.get("pod", ""), lb.get("container", ""),
                 lb.get("process", ""))

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from exporter.catalog import KIND_ANON, KIND_KERNEL, KIND_SHMEM
 from exporter.oncall import forecast as fc
-from exporter.oncall.top.exposition import Cgroup, Key, Pod
-from exporter.oncall.top.text import finite
+from exporter.oncall.top.cells import finite
+from exporter.oncall.top.local import Cgroup, Key, Pod
 from exporter.promql import KIND_DEV_SHM
 
 # The kinds the rules' mirror reads of each cgroup (the pod's /dev/shm is read apart).

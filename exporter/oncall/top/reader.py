@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from exporter.oncall import forecast as fc
 from exporter.oncall.top.cluster import Cluster, cluster_rows, fetch_cluster
-from exporter.oncall.top.exposition import Key, Pod, parse
 from exporter.oncall.top.history import local_forecasts
+from exporter.oncall.top.local import Key, Pod, parse
 from exporter.oncall.top.rows import local_rows, track_kills
 from exporter.oncall.top.state import State
 from exporter.oncall.top.wire import fetch

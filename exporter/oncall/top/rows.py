@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.oncall import forecast as fc
-from exporter.oncall.top.exposition import Cgroup, Key, Pod
-from exporter.oncall.top.text import finite
+from exporter.oncall.top.cells import finite
+from exporter.oncall.top.local import Cgroup, Key, Pod
 
 KILL_SHOWN_S = 3600.0  # a killed pod whose cgroups are gone stays on screen this long
 SORTS = {"t": "time to limit", "u": "used/limit", "g": "growth", "s": "/dev/shm",

@@ -8,9 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter.oncall import forecast as fc
-from exporter.oncall.top.rows import SORTS, KillMark, Row, sort_rows
-from exporter.oncall.top.state import State
-from exporter.oncall.top.text import (
+from exporter.oncall.top.cells import (
     cut,
     cut_middle,
     finite,
@@ -20,6 +18,8 @@ from exporter.oncall.top.text import (
     pad,
     width_of,
 )
+from exporter.oncall.top.rows import SORTS, KillMark, Row, sort_rows
+from exporter.oncall.top.state import State
 
 Line = tuple[str, str]  # text, style: "" | "head" | "bad" | "sel" | "dim"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.oncall import forecast as fc
-from exporter.oncall.top.exposition import Key, Proc
 from exporter.oncall.top.history import Histories
+from exporter.oncall.top.local import Key, Proc
 from exporter.oncall.top.rows import KillMark, Row
 
 

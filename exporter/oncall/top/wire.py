@@ -7,7 +7,7 @@ import json
 import urllib.parse
 import urllib.request
 
-from exporter.oncall.prom_client import Sample, parse_vector
+from exporter.oncall.prom_client import PromSample, parse_vector
 
 MAX_BODY = 64 << 20  # a node's exposition is a few MB; a Prometheus answer is capped too
 
@@ -27,7 +27,7 @@ def fetch(url: str, timeout: float = 2.0) -> str:
     return _http(url, timeout=timeout).decode("utf-8", "replace")
 
 
-def query_prometheus(base: str, expr: str, timeout: float = 10.0) -> list[Sample]:
+def query_prometheus(base: str, expr: str, timeout: float = 10.0) -> list[PromSample]:
     body = _http(f"{base.rstrip('/')}/api/v1/query",
                  urllib.parse.urlencode({"query": expr}).encode(), timeout)
     doc = json.loads(body)
