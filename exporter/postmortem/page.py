@@ -9,7 +9,7 @@ whole recorded window (15 minutes) is one click away (``<details>``: no script).
 Everything is drawn on the server: no script, no stylesheet or font from elsewhere, so it
 works on an air-gapped cluster and on a phone.
 
-A document comes from the flight recorder (``exporter/postmortem.py``, kind
+A document comes from the flight recorder (``exporter/postmortem/documents.py``, kind
 ``headroom.oom_kill/v1``) but its strings come from the pods: process names, pod names
 and mounts are hostile input. Every string is escaped; every number goes through
 ``as_num``, so a malformed document draws less, never fails.

@@ -2,7 +2,7 @@
 local mirror of their rules for a surface that has no Prometheus.
 
 The contract (docs: README "The forecast (recorded series)"; names in
-``exporter/promql.py``) records per cgroup (namespace, pod, container; container="" is
+``exporter/promql/``) records per cgroup (namespace, pod, container; container="" is
 the pod-level cgroup): the limit, the unreclaimable figure, the headroom, which cgroup of
 the pod binds, the growth at three horizons (short: minutes, medium: hours, lasting:
 days), the peaks' envelope, the time to limit at the horizon that binds, and the top
