@@ -8,6 +8,7 @@ import errno
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,11 @@ def test_a_file_that_vanishes_while_read_is_an_error_of_that_file(
     the kernel answers ESRCH on the open descriptor."""
     root = tree(tmp_path)
     child = subprocess.Popen(["sleep", "60"])
+    # Popen returns once exec has begun; cmdline reads empty until the new image's
+    # arguments are set up (a race a loaded machine loses).
+    deadline = time.monotonic() + 30
+    while not Path(f"/proc/{child.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     (root / "proc/vmstat").unlink()
     (root / "proc/vmstat").symlink_to(f"/proc/{child.pid}/{name}")
     real_read, reads = os.read, [0]
