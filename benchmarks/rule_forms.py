@@ -30,7 +30,6 @@ from tests.helpers.net import free_port, stop_all
 
 from .rule_cost import Exporter, _get, _self_metric, _wait_ready, backfill, exposition, node
 
-G = "(namespace, pod, container)"
 LASTING_BINDS = f'and on (namespace, pod) {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
 KIND_BINDING = f"({q.KIND_LASTING_GROWTH} {LASTING_BINDS} or {q.KIND_GROWTH})"
 KIND_BINDING_PROCESS = (f'({q.KIND_LASTING_GROWTH}{{kind=~"anon|shmem"}} {LASTING_BINDS} '
