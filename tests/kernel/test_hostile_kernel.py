@@ -122,7 +122,7 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def test_f1_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
+def test_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
                                                   tmp_path: Path) -> None:
     """F1: ``exec -a ' ' sleep`` raised IndexError in process_name and failed the procfs
     collector for the whole node, on every scrape."""
@@ -141,7 +141,7 @@ def test_f1_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
                       process="sleep") == [3.0]
 
 
-def test_f2_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
+def test_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
                                            tmp_path: Path) -> None:
     """F2: 15 processes with 131,000-byte names made /metrics 17.7 MB a scrape and took
     the exporter from 46 to 373 MB RSS (the chart's limit is 160 MiB)."""
@@ -166,7 +166,7 @@ def test_f2_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
         assert rss_kib(s.proc.pid) < 100 * 1024, f"RSS {rss_kib(s.proc.pid)} KiB"
 
 
-def test_f6_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
+def test_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
                                              tmp_path: Path) -> None:
     """F6: the mountinfo of a zombie leader (a container whose main thread exited while
     its other threads run) fails with EINVAL, and the tmpfs collector failed node-wide."""
@@ -187,7 +187,7 @@ def test_f6_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
         assert series(values, "headroom_tmpfs_size_bytes", pod=zombie_uid, mount="/dev/shm")
 
 
-def test_f20_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs: Procs,
+def test_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs: Procs,
                                                           tmp_path: Path) -> None:
     """F20: a cgroup whose name is not UTF-8 failed discovery on every host scan
     (/proc/PID/cgroup decoded strictly), so nothing at all was collected."""
@@ -214,7 +214,7 @@ def test_f20_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs:
         assert series(values, "headroom_processes", pod=pod_uid, process="healthy-worker")
 
 
-def test_f20_own_cgroup_namespace_is_resolved_not_silently_empty(
+def test_own_cgroup_namespace_is_resolved_not_silently_empty(
         tree: KubeTree, procs: Procs, tmp_path: Path) -> None:
     """F20: in its own cgroup namespace (``unshare -C``; containers on cgroup v2 by
     default) /proc/PID/cgroup paths are relative to the namespace root: a vLLM outside
@@ -243,7 +243,7 @@ def test_f20_own_cgroup_namespace_is_resolved_not_silently_empty(
 # 1,100 processes under the v2 guest's emulation take minutes to start, and the fd budget
 # does not depend on the cgroup version: this one runs on the host only.
 @pytest.mark.host_only
-def test_f7_more_processes_than_the_fd_limit(tree: KubeTree, procs: Procs,
+def test_more_processes_than_the_fd_limit(tree: KubeTree, procs: Procs,
                                              tmp_path: Path) -> None:
     """F7: 1,100 processes in tracked cgroups at an open-file limit of 1,024: the
     exporter kept every /proc/PID/status open, sat at 1,024 fds, stopped answering

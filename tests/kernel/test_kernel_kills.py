@@ -102,7 +102,7 @@ def one_kill(uid: str) -> dict[str, float]:
             f'process="{NAME}"}}': 1}
 
 
-async def test_f3_restart_does_not_recount_past_kills(
+async def test_restart_does_not_recount_past_kills(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     uid, pod = tree.pod(limit=1024 * MiB)
@@ -129,7 +129,7 @@ async def test_f3_restart_does_not_recount_past_kills(
     assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "kmsg"}
 
 
-async def test_f12_a_kill_before_the_first_scrape_names_the_victim(
+async def test_a_kill_before_the_first_scrape_names_the_victim(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
     p = start(tree, tmp_path, pipelines)
     uid0, _ = tree.pod()
@@ -145,7 +145,7 @@ async def test_f12_a_kill_before_the_first_scrape_names_the_victim(
     assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "kmsg"}
 
 
-async def test_f14_a_process_name_cannot_spoof_the_victim_pid(
+async def test_a_process_name_cannot_spoof_the_victim_pid(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path) -> None:
     """The kernel prints ``task=<comm>,pid=<pid>``: a comm of ``x,pid=<neighbour>`` must
     not make a neighbour in another pod the victim."""

@@ -87,7 +87,7 @@ def watcher(kmsg: bool = True, alive: frozenset[int] = frozenset()) -> tuple[Oom
     return w, clock
 
 
-def test_f3_counters_read_at_start_are_history_and_only_rises_are_kills() -> None:
+def test_counters_read_at_start_are_history_and_only_rises_are_kills() -> None:
     w, clock = watcher()
     w.track({POD: (None, False)})
     assert w.check({POD: KillCounters(17)}) == []  # 17 kills before the exporter started
@@ -102,7 +102,7 @@ def test_f3_counters_read_at_start_are_history_and_only_rises_are_kills() -> Non
     assert w.counts == {(POD_W, "EngineCore"): 1}
 
 
-def test_f12_a_young_domain_counts_its_first_read_and_waits_for_the_log() -> None:
+def test_a_young_domain_counts_its_first_read_and_waits_for_the_log() -> None:
     w, clock = watcher()
     w.check({}, [victim(C2, 77)])  # logged before its pod was followed
     clock.now += 1.5
@@ -123,7 +123,7 @@ def test_a_group_kill_is_one_kill_however_many_processes_it_took() -> None:
     assert sum(w.counts.values()) == 1
 
 
-def test_f14_the_log_pid_never_names_a_process_outside_the_kill_cgroup() -> None:
+def test_the_log_pid_never_names_a_process_outside_the_kill_cgroup() -> None:
     w, _ = watcher()
     w.track({POD: (None, True)})
     # pid 42 is in the pod, but the log puts the victim in C2: no name from C1's table
@@ -169,7 +169,7 @@ def test_a_log_line_for_a_cgroup_headroom_does_not_follow_is_dropped() -> None:
     assert w.check({}) == [] and w.counts == {}
 
 
-def test_f14_kmsg_a_process_named_like_a_pid_cannot_steer_the_victim() -> None:
+def test_kmsg_a_process_named_like_a_pid_cannot_steer_the_victim() -> None:
     spoof = OOM_KILL.replace("task=python,pid=26603", "task=x,pid=1,pid=26603")
     v = parse_kmsg_record(spoof)
     assert v is not None and (v.pid, v.comm) == (26603, "x,pid=1")

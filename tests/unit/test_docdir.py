@@ -18,7 +18,7 @@ from tests.helpers.hostile import FIXTURE_ARGS, http_get, serve
 NAME = "20261130T220000Z-ns-pod-c-123.json"
 
 
-def test_f4_planted_symlinks_are_never_followed(tmp_path: Path) -> None:
+def test_planted_symlinks_are_never_followed(tmp_path: Path) -> None:
     """F4: the temporary name was predictable and opened without O_NOFOLLOW: a symlink
     planted under it made an OOM kill overwrite an outside file as root."""
     d = tmp_path / "dir"
@@ -38,7 +38,7 @@ def test_f4_planted_symlinks_are_never_followed(tmp_path: Path) -> None:
     assert not [p for p in os.listdir(d) if p.endswith(".tmp") and p.startswith(".headroom")]
 
 
-def test_f5_pruning_deletes_only_its_own_oldest(tmp_path: Path) -> None:
+def test_pruning_deletes_only_its_own_oldest(tmp_path: Path) -> None:
     """F5: pruning globbed *.json: it deleted 11 foreign files and its newest document."""
     d = tmp_path / "dir"
     d.mkdir()
@@ -70,7 +70,7 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], timeout=30, check=False)
 
 
-def test_f16_full_disk_leaves_nothing_behind_and_names_never_collide(
+def test_full_disk_leaves_nothing_behind_and_names_never_collide(
         tiny_tmpfs: Path) -> None:
     """F16: on a full flight-recorder disk each kill left a 0-byte *.tmp, and two kills of
     one workload in one millisecond wrote the same name."""
@@ -86,7 +86,7 @@ def test_f16_full_disk_leaves_nothing_behind_and_names_never_collide(
     assert store.write("20261130T220002Z-ns-pod-c-000.json", small)  # space enough again
 
 
-def test_f17_index_lists_only_regular_documents_it_wrote(tmp_path: Path) -> None:
+def test_index_lists_only_regular_documents_it_wrote(tmp_path: Path) -> None:
     """F17 (and F4's read side), on the real exporter: /debug/oom/ listed directories,
     FIFOs and symlinks, and served a JSON outside the directory through a link."""
     d = tmp_path / "oom"
@@ -111,7 +111,7 @@ def test_f17_index_lists_only_regular_documents_it_wrote(tmp_path: Path) -> None
         assert http_get(s.url + "/debug/oom/foreign.json", timeout=10)[0] == 404
 
 
-def test_f16_store_serves_from_memory_when_the_disk_is_full(tiny_tmpfs: Path) -> None:
+def test_store_serves_from_memory_when_the_disk_is_full(tiny_tmpfs: Path) -> None:
     """On a full disk the document is still served (from memory), nothing is left on
     disk, and two kills of one workload in one millisecond keep two documents."""
     from exporter.model import Workload

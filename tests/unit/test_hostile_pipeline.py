@@ -15,7 +15,7 @@ from tests.conftest import (
 )
 
 
-async def test_f18_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
+async def test_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
     """F18: with /proc unmounted (or the hostPath gone) procfs and tmpfs reported
     success 1 with no series: a blind exporter that looked healthy."""
     root = tmp_path / "host"

@@ -36,7 +36,7 @@ def _raise_nofile(n: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
 
 
-def test_f7_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
+def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
     """F7: at an open-file limit of 1,024, 1,000 idle connections left /metrics and
     /healthz unanswered (the exporter had no descriptors left). Now the longest-idle
     connection is evicted at the cap and silent ones are closed at the header timeout."""
@@ -82,7 +82,7 @@ def _still_open(socks: list[socket.socket]) -> int:
     return n
 
 
-def test_f15_silent_and_slow_clients_are_closed(tmp_path: Path) -> None:
+def test_silent_and_slow_clients_are_closed(tmp_path: Path) -> None:
     """F15: a connection that never sent a byte stayed open forever. Now a request head
     must arrive within --web.header-timeout, however slowly it trickles."""
     with serve([*FIXTURE_ARGS, "--web.header-timeout=1s"], tmp_path) as s:
@@ -153,7 +153,7 @@ def test_connection_cap_evicts_the_longest_idle_never_a_busy_one() -> None:
     assert guard.sweep() == 1 and t[3].aborted and len(guard) == 0
 
 
-async def test_f8_scrape_during_a_burst_keeps_workload_series(
+async def test_scrape_during_a_burst_keeps_workload_series(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """F8: each of 150 concurrent scrapes rendered in the shared thread pool; the next
     collection's collectors queued behind the renders and timed out, so a scrape in the
@@ -194,7 +194,7 @@ async def test_f8_scrape_during_a_burst_keeps_workload_series(
         await pipeline.aclose()
 
 
-def test_f13_malformed_requests_log_one_short_line_each(tmp_path: Path) -> None:
+def test_malformed_requests_log_one_short_line_each(tmp_path: Path) -> None:
     """F13: a request with ~200 headers logged an 839-byte traceback, per request."""
     with serve(list(FIXTURE_ARGS), tmp_path) as s:
         time.sleep(0.3)
@@ -234,7 +234,7 @@ def _logfmt(line: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def test_f13_log_lines_are_one_escaped_line() -> None:
+def test_log_lines_are_one_escaped_line() -> None:
     """F13 / info item: logfmt kept raw newlines and backslashes (a pod named with a
     newline forged a whole log line); ESC and RTL overrides reached terminals."""
     line = LogfmtFormatter().format(_record("process %s exited", HOSTILE, exc=True))
@@ -250,7 +250,7 @@ def test_f13_log_lines_are_one_escaped_line() -> None:
     assert escape_control("a\tb\u2028c") == "a\\tb\\u2028c"
 
 
-def test_f13_repeated_messages_are_rate_limited() -> None:
+def test_repeated_messages_are_rate_limited() -> None:
     now = [0.0]
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

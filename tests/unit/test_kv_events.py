@@ -325,7 +325,7 @@ def test_all_blocks_cleared_per_engine_and_medium() -> None:
     assert blocks(t) == {("0", "gpu"): 2, ("0", "cpu"): 0, ("1", "gpu"): 0}
 
 
-def test_f11_kv_event_media_and_engines_bounded() -> None:
+def test_kv_event_media_and_engines_bounded() -> None:
     """20,000 medium values (and as many DP ranks) from one publisher make at most
     max_media x max_engines series; the rest is counted as overflow."""
     t = KvBlockTracker()

@@ -166,7 +166,7 @@ def exporter(tmp_path: Path, *flags: str, launch: list[str] | None = None,
 # --- no address from a command line ------------------------------------------------------
 
 
-def test_f10_no_connection_to_argv_address(tmp_path: Path) -> None:
+def test_no_connection_to_argv_address(tmp_path: Path) -> None:
     """A process whose command line reads like a vLLM API server, naming a host and ports
     (HTTP and KV events) it does not listen on: the exporter connects to none of them."""
     with recorder("127.0.0.1") as http, recorder("127.0.0.1") as kv:
@@ -237,7 +237,7 @@ def vllm_with_basic_auth(body: str) -> Iterator[tuple[int, list[int]]]:
         srv.server_close()
 
 
-def test_f9_credentials_never_in_labels_or_logs(tmp_path: Path) -> None:
+def test_credentials_never_in_labels_or_logs(tmp_path: Path) -> None:
     with vllm_with_basic_auth(VLLM_BODY) as (port, status):
         url = f"http://{USER}:{SECRET}@127.0.0.1:{port}/metrics?token={SECRET}"
         with exporter(tmp_path, "--vllm.endpoint", url, *quiet_host(tmp_path)) as ex:
@@ -271,7 +271,7 @@ def many_models_body(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_f11_model_names_bounded(tmp_path: Path) -> None:
+def test_model_names_bounded(tmp_path: Path) -> None:
     """5,000 model names (of 300+ characters) and 5,000 engines in one vLLM's /metrics:
     the exposition stays small and every label value short."""
     with vllm_with_basic_auth(many_models_body(5000)) as (port, _):

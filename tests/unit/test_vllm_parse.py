@@ -442,7 +442,7 @@ def test_kv_event_endpoints_from_argv_before_0_32() -> None:
     assert kv_event_endpoints_from_argv(["vllm", "--kv-events-config", "{bad"], "h") == ()
 
 
-def test_f11_model_names_and_engines_bounded_in_the_parser() -> None:
+def test_model_names_and_engines_bounded_in_the_parser() -> None:
     """A body with thousands of (long) model names and engines: at most MAX_ENGINES
     engines kept, every label value cut to MAX_LABEL_CHARS, the rest counted."""
     lines = ["# TYPE vllm:num_requests_running gauge"]

@@ -255,7 +255,7 @@ scrape_configs:
             prom.wait(timeout=30)
 
 
-def test_f19_sighup_reloads_web_config_and_sigterm_stays_graceful(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_sighup_reloads_web_config_and_sigterm_stays_graceful(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """F19: SIGHUP killed the exporter at once (exit 129, no cleanup). Now it re-reads the
     web config: a rotated certificate is served from the next handshake, new users
     apply, a broken file is refused with the old config kept; SIGTERM exits 0."""
@@ -299,7 +299,7 @@ def test_f19_sighup_reloads_web_config_and_sigterm_stays_graceful(pki, tmp_path:
         assert "shutting down" in log
 
 
-def test_f19_sighup_without_web_config_keeps_serving(tmp_path: Path) -> None:
+def test_sighup_without_web_config_keeps_serving(tmp_path: Path) -> None:
     with serve(list(FIXTURE_ARGS), tmp_path) as s:
         s.proc.send_signal(signal.SIGHUP)
         time.sleep(0.3)
@@ -307,7 +307,7 @@ def test_f19_sighup_without_web_config_keeps_serving(tmp_path: Path) -> None:
         assert http_get(s.url + "/healthz")[0] == 200
 
 
-def test_f7_idle_connections_before_the_tls_handshake_are_capped(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_idle_connections_before_the_tls_handshake_are_capped(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """asyncio's TLS server creates the protocol only after the handshake: 1,000
     connections that never send a ClientHello held 1,000 descriptors outside the cap
     (1,007 of 1,024 used). Now TLS starts after admission, so the cap covers them."""
