@@ -95,6 +95,27 @@ def test_rows_are_on_the_binding_cgroup_and_forecast_by_the_rules_mirror() -> No
     assert f is not None and f.container == "vllm" and f.time_to_limit == row.ttl
 
 
+def test_a_climb_top_saw_begin_is_read_as_the_rules_read_a_young_series() -> None:
+    """A pod that appears while top watches and has only climbed has no known pattern
+    (a warm-up or a first tooth looks the same): its climb counts only near the limit,
+    as the rules count it. The same climb on a pod that was there when top started is
+    one whose pattern top has not read yet: it is forecast from what top saw."""
+    def climb(t: int) -> dict[str, tuple[float, float]]:
+        return {"": (160 * MiB, 40 * MiB + t * 2 * MiB)}
+
+    born = State("x", hist=Histories(windows()))
+    feed(born, [(0.0, exposition("llm", "other", {"": (GiB, 10 * MiB)}))]
+         + [(float(t), exposition("llm", "other", {"": (GiB, 10 * MiB)})
+             + exposition("llm", "young", climb(t))) for t in range(1, 21)])
+    (young,) = [r for r in born.rows if r.pod == "young"]
+    assert young.ttl is None and young.horizon is None
+    seen = State("x", hist=Histories(windows()))
+    feed(seen, [(float(t), exposition("llm", "young", climb(t))) for t in range(1, 21)])
+    (old,) = seen.rows
+    assert old.horizon == "short"
+    assert old.ttl == pytest.approx((160 * MiB - 80 * MiB) / (2 * MiB), rel=0.01)
+
+
 def test_a_kill_shows_in_the_row_with_its_age_and_link() -> None:
     st = State("x", hist=Histories(windows()))
     feed(st, [(0.0, exposition("llm", "p", {"": (GiB, 10 * MiB)})),

@@ -67,8 +67,8 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
 def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                              rates: Mapping[str, float], peaks: float | None,
                              w: Windows, pattern: float | None = None,
-                             points: Sequence[Point] = (), now: float = 0.0
-                             ) -> dict[str, float]:
+                             points: Sequence[Point] = (), now: float = 0.0,
+                             pattern_unread: bool = False) -> dict[str, float]:
     """TIME_TO_LIMIT (per horizon, before ``soonest``): seconds to the limit in force now.
 
     * lasting: the sooner of the envelope (when it is above the recent peak: the next
@@ -77,7 +77,14 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     * short, medium: from the recent peak, and only where the climb goes beyond the
       pattern (CLIMB_BEYOND_PATTERN): above the peaks' envelope by a margin plus an
       envelope window of the lasting trend, or by ``beyond_trend`` of it while the
-      lasting horizon reaches the limit within an envelope window, or no envelope yet.
+      lasting horizon reaches the limit within an envelope window, or no envelope yet;
+      where the pattern is not known (the figure has only climbed since it appeared),
+      only above the unknown-pattern ratio of the limit.
+
+    ``pattern_unread``: the surface began reading after the series appeared and has not
+    read a whole envelope window of it (``headroom top`` just started), so what it has
+    not seen is not "only climbed": the climb is read against what it has seen, as the
+    rules read a series whose pattern they know. With no points, the same.
     """
     out: dict[str, float] = {}
     lasting_rate = rates.get("lasting")
@@ -88,11 +95,12 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         out["lasting"] = min(out.get("lasting", math.inf), pattern)
     trend = lasting_rate or 0.0
     known, released = pattern_signs(points, now, w, limit) if points else (False, False)
-    if not known:
+    unread = not known and (pattern_unread or not points)
+    if not known and not unread:
         # Only climbed since it appeared: no pattern to read the climb against.
         beyond = now_value > w.unknown_ratio * limit
     elif peaks is None:
-        beyond = False
+        beyond = unread  # no envelope yet: every climb is beyond what was seen
     else:
         margin = w.beyond_ratio * limit
         if released:
@@ -211,6 +219,19 @@ class History:
     unreclaimable: Sequence[Point]
     kinds: Mapping[str, Sequence[Point]] = field(default_factory=dict)
     processes: Mapping[str, Sequence[Point]] = field(default_factory=dict)
+    # When the surface began reading (top's first read). A series already there then was
+    # not seen from its start: until a whole envelope window is read, its pattern is
+    # unread, not unknown. None where the points begin with the series itself
+    # (Prometheus's history, which the rules read too).
+    watched_since: float | None = None
+
+
+def pattern_unread(h: History, now: float, w: Windows) -> bool:
+    """The series was there before the surface began reading it, less than an envelope
+    window ago."""
+    return (h.watched_since is not None and bool(h.unreclaimable)
+            and h.unreclaimable[0][0] <= h.watched_since
+            and now - h.watched_since < w.baseline)
 
 
 def hidden(h: History) -> Sequence[Point]:
@@ -238,7 +259,8 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     pattern = pattern_time_to_limit(h.unreclaimable, now, w, h.limit,
                                     rates.get("lasting"))  # PATTERN_PEAK
     by_horizon = time_to_limit_by_horizon(h.limit, u, recent, rates, peaks, w, pattern,
-                                          h.unreclaimable, now)
+                                          h.unreclaimable, now,
+                                          pattern_unread(h, now, w))
     ttl, horizon = soonest(by_horizon)  # TIME_TO_LIMIT
     all_kinds = {**h.kinds, KIND_HIDDEN: hidden(h)}
     kinds = kind_growth(all_kinds, now, w)  # KIND_GROWTH

@@ -26,6 +26,7 @@ class Histories:
 
     windows: fc.Windows = field(default_factory=fc.Windows.of)
     series: dict[tuple[str, ...], deque[fc.Point]] = field(default_factory=dict)
+    started: float | None = None  # the first read: series there then were not seen born
 
     @property
     def min_gap(self) -> float:
@@ -48,6 +49,8 @@ class Histories:
             h.popleft()
 
     def observe(self, now: float, pods: Mapping[Key, Pod]) -> None:
+        if self.started is None:
+            self.started = now
         live: set[tuple[str, ...]] = set()
         for p in pods.values():
             for g in p.cgroups:
@@ -80,7 +83,8 @@ class Histories:
         procs = {q.process: self.points("p", p.namespace, p.pod, q.container, q.process)
                  for q in p.processes if g.container in ("", q.container)}
         return fc.History(p.namespace, p.pod, g.container, finite(g.limit) or 0.0,
-                          self.points("u", p.namespace, p.pod, g.container), kinds, procs)
+                          self.points("u", p.namespace, p.pod, g.container), kinds, procs,
+                          watched_since=self.started)
 
     def process_growth(self, *key: str) -> float | None:
         """The process view's growth: PROCESS_GROWTH's mirror (the last hour's deriv),
