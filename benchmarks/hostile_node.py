@@ -4,12 +4,15 @@
 
 Builds on this kernel (memory cgroups beneath this process's own, kubelet-shaped):
 
-- pod ``names``: 15 processes whose argv[0] is 128 KB (``exec -a``), red-team F2;
-- pod ``many``: 1,100 processes, against an exporter open-file limit of 1,024 (F7);
-- pod ``zombie``: a container whose main thread exited, its leader a zombie (F6);
-- pod ``blank``: a process whose argv[0] is a space (F1);
+- pod ``names``: 15 processes whose argv[0] is 128 KB (``exec -a``; huge-process-names);
+- pod ``many``: 1,100 processes against an exporter open-file limit of 1,024 (fd-exhaustion);
+- pod ``zombie``: a container whose main thread exited, its leader a zombie (zombie-leader);
+- pod ``blank``: a process whose argv[0] is a space (blank-argv0);
 - pod ``healthy``: a named worker with a 32 MiB /dev/shm file: the series that must stay;
-- 1,000 idle TCP connections to the exporter, re-opened as the exporter closes them (F7).
+- 1,000 idle TCP connections to the exporter, re-opened as the exporter closes them
+  (fd-exhaustion).
+
+Each name in brackets is a threat of docs/threats.md.
 
 The real exporter runs under ``prlimit --nofile=N:N``. Every second it is scraped
 (/metrics and /healthz, 10 s client timeout); each scrape must answer, report every

@@ -6,11 +6,15 @@ Every mode starts a ``VLLM::EngineCore`` child (what makes the exporter take thi
 for a vLLM API server) and then plays its part until killed:
 
 - ``good``: /metrics answers a real vLLM 0.32 body (the pod whose series must hold);
-- ``kv-groups``: also publishes KV events (R1): batches of 20,000 distinct ``group_idx``;
-- ``kv-bomb``: publishes messages far past any cap (R2): 400 frames of 512 KiB, one
-  64 MiB frame;
-- ``silent``: its ports accept connections and never answer (R3);
-- ``big``: /metrics answers 8 MiB of series the parser reads (R4; run six in one pod).
+- ``kv-groups``: also publishes KV events: batches of 20,000 distinct ``group_idx``;
+- ``kv-bomb``: publishes messages far past any cap: 400 frames of 512 KiB, one 64 MiB
+  frame;
+- ``silent``: its ports accept connections and never answer (silent-ports);
+- ``big``: /metrics answers 8 MiB of series the parser reads (big-bodies; run six in one
+  pod).
+
+Each hostile mode is one threat of docs/threats.md (named in brackets where the names
+differ).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Hostile-pod soak of the vLLM path: the known attackers (issue 23 R1-R5) together against
-a real ``headroom serve`` while a scrape loop checks that a healthy pod's series are
-present on every scrape and /healthz answers within a second.
+"""Hostile-pod soak of the vLLM path: the known attackers (docs/threats.md, the vLLM path)
+together against a real ``headroom serve`` while a scrape loop checks that a healthy pod's
+series are present on every scrape and /healthz answers within a second.
 
     sudo python3 benchmarks/hostile_vllm_soak.py [--seconds 600] [--json OUT]
 
@@ -8,11 +8,12 @@ Runs itself in a sandbox: new PID and network namespaces (``unshare --pid --net 
 --mount-proc``), loopback only, so nothing of the host enters and nothing leaves. Each pod
 is a memory cgroup beneath this process's own (``--cgroup.track``); the exporter runs in
 one more with the chart's limit (160 MiB). Pods (benchmarks/hostile_vllm_pod.py):
-good (a vLLM 0.32 body), R1 kv-groups (20,000 KV cache groups per batch, 5 batches a
-second), R2 kv-bomb (400 x 512 KiB frames in one message, a 64 MiB frame), R3 silent
-(4 ports that accept and never answer), R4 big (six API servers with 8 MiB bodies), R5
-netns (an API server in a network namespace it made, with 10.99.0.1 added there; the
-same address in the exporter's namespace records every connection).
+good (a vLLM 0.32 body), kv-groups (20,000 KV cache groups per batch, 5 batches a
+second), kv-bomb (400 x 512 KiB frames in one message, a 64 MiB frame), silent (4 ports
+that accept and never answer: silent-ports), big (six API servers with 8 MiB bodies:
+big-bodies), netns (an API server in a network namespace it made, with 10.99.0.1 added
+there; the same address in the exporter's namespace records every connection:
+own-network-namespace).
 
 Prints a JSON report; exit 1 when a check failed (a scrape without the good pod's
 series, a /healthz over 1 s, the exporter killed, a connection to 10.99.0.1).
@@ -37,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 POD = REPO / "benchmarks" / "hostile_vllm_pod.py"
 LIMIT = 160 << 20  # the chart's memory limit
-DECOY = "10.99.0.1"  # R5: the address a pod adds in a namespace of its own
+DECOY = "10.99.0.1"  # netns: the address a pod adds in a namespace of its own
 
 
 @dataclass
@@ -205,8 +206,8 @@ def run(seconds: float, attackers: tuple[str, ...] = ATTACKERS, healthz_limit: f
         for _ in range(6 * ("big" in attackers)):
             procs.append(start_in(cg, pods["big"], [py, str(POD), "big", str(free_port())]))
         if "netns" in attackers:
-            # R5: the pod's sandbox process first, then an API server in a namespace it
-            # makes itself
+            # netns: the pod's sandbox process first, then an API server in a namespace
+            # it makes itself
             procs.append(start_in(cg, pods["netns"], ["sleep", "1000000"]))
             time.sleep(0.2)
             procs.append(start_in(cg, pods["netns"], [

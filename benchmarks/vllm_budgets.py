@@ -3,10 +3,10 @@
     python3 benchmarks/vllm_budgets.py [--json OUT]
 
 CPU seconds of this process (``time.process_time``) and tracemalloc peaks for the worst
-inputs each bound admits: a KV batch of 20,000 KV cache groups (R1's attack), the largest
-KV message read (2 MiB) of the costliest shape, an 8 MiB /metrics body of series the
-parser reads (R4's), and a real vLLM 0.32 body. Run with PYTHONPATH at an older tree to
-compare (the first figure runs on any version).
+inputs each bound admits: a KV batch of 20,000 KV cache groups (docs/threats.md:
+kv-groups), the largest KV message read (2 MiB) of the costliest shape, an 8 MiB /metrics
+body of series the parser reads (docs/threats.md: big-bodies), and a real vLLM 0.32 body.
+Run with PYTHONPATH at an older tree to compare (the first figure runs on any version).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What a hostile client can make the web front spend, per request and per connection
-(issue 23 R6, R7, R9, R11): the figures behind the README's budgets.
+(docs/threats.md: index-burst, password-flood, huge-web-config, tmpfs-scan-budget): the
+figures behind the README's budgets.
 
     python benchmarks/web_cost.py [--json out.json]
 

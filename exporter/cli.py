@@ -87,7 +87,9 @@ async def serve(config: ExporterConfig, security: Security | None = None) -> Non
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    launch.hold_sighup()  # before reading any config (R10); the console script did already
+    # Before reading any config (docs/threats.md: early-sighup); the console script
+    # (exporter.launch) did already.
+    launch.hold_sighup()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(oncall=not words or words[0] not in ("serve", "generate"))
     args, unknown = parser.parse_known_args(words)

@@ -1,7 +1,7 @@
 """The ``headroom`` command's first code: SIGHUP is caught before anything else is
-imported or started (red-team R10: a SIGHUP in the first second, while the exporter was
-still importing and reading its config, killed it with an empty log: the kernel's default
-action for SIGHUP is to terminate).
+imported or started (docs/threats.md: early-sighup; a SIGHUP in the first second, while
+the exporter was still importing and reading its config, killed it with an empty log: the
+kernel's default action for SIGHUP is to terminate).
 
 Until ``serve`` installs its reload handler, a SIGHUP is only counted: the web config is
 read at start anyway. Nothing heavy is imported here.

@@ -31,5 +31,5 @@ MEMORY_EVENTS
 PRESSURE_LEVELS
 KV_MEDIA
 
-# alerts/scenarios.py moves under tests/ with the alerts rewrite (issue 9 item 6).
+# alerts/scenarios/series.py: a helper of the scenario model with no caller today.
 at_limit

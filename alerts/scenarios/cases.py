@@ -1,9 +1,9 @@
 """Adversarial scenarios: exporter series the way a real cluster delivers them.
 
-Each ``Case`` is one failure class of issue 13 (or a healthy pattern that must stay
-silent), designed harder than the issue's figures: 30 s scrapes, seeded noise, diurnal
-load, scrape gaps with Prometheus' staleness markers, exporter pods replaced (a new
-``instance``), container restarts, counters that reset or are re-reported.
+Each ``Case`` is one failure class the rules must page on (or a healthy pattern that must
+stay silent), made harder than a clean recording of it: 30 s scrapes, seeded noise,
+diurnal load, scrape gaps with Prometheus' staleness markers, exporter pods replaced (a
+new ``instance``), container restarts, counters that reset or are re-reported.
 
 Series are built per exporter timeline: at each sample the exporter is scraped by one
 ``instance`` (or none), and a failed scrape writes ``up == 0`` and a staleness marker on
@@ -198,7 +198,7 @@ def _plus(fn: Fn, extra: float, t: int) -> float | None:
 @dataclass(frozen=True)
 class Case:
     name: str
-    cls: str  # the failure class of issue 13 (or "healthy")
+    cls: str  # the failure class (or "healthy")
     title: str
     step_s: int
     end_s: int  # the kill, or the end of a healthy run

@@ -1,5 +1,6 @@
-"""Scenario classes, not cases: each class of issue 24 drawn with random parameters from
-a seed, and the properties every draw must have.
+"""Scenario classes, not cases: each class of failure (or healthy pattern) the rules must
+handle, drawn with random parameters from a seed, and the properties every draw must
+have.
 
 A class is a function ``(rng) -> Draw``: it picks the rate, the limit, the noise, the
 period, the scrape interval (20-120 s), when the leak starts and how long pods live from

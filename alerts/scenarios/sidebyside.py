@@ -1,6 +1,7 @@
-"""Replay every case through the original rules (de662c2) and the current ones, and print
-one line per case: whether it passes, how long before the kill the first ticket and the
-first page came, and how many notifications went out before the kill (flapping counts).
+"""Replay every case through the original rules (the first version's, kept in
+``fixtures/original.rules.yaml``) and the current ones, and print one line per case:
+whether it passes, how long before the kill the first ticket and the first page came, and
+how many notifications went out before the kill (flapping counts).
 
 The current rules are replayed with the shipped Alertmanager inhibition applied (what a
 pager receives); the original had none. The original's replay also carries the rule most
@@ -28,7 +29,7 @@ from . import cases
 from .cases import Case, Key
 from .evaluate import Stat, _hm, problems, replay
 
-ORIGINAL_RULES = Path(__file__).resolve().parent / "fixtures" / "de662c2.rules.yaml"
+ORIGINAL_RULES = Path(__file__).resolve().parent / "fixtures" / "original.rules.yaml"
 COMMON_ALERT = "CommonWorkingSetNearLimit"
 
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                      a[0], a[1], a[2], a[3]])
     print("Lead of the first ticket / page before the kill (h:mm; healthy cases: when it "
           "fired), notifications before the kill (p = pages, t = tickets; each episode "
-          "counts), the common rule's first page. before: de662c2's rules; after: these "
+          "counts), the common rule's first page. before: the original rules; after: these "
           "rules with alerts/alertmanager.yaml's inhibition.")
     print(table(rows))
     failed = False

@@ -6,7 +6,7 @@ process and its memory cgroup. One kill is two consecutive records:
 
 ``comm`` is whatever the process named itself (prctl, exec): it may hold commas and
 ``pid=``, so a process named ``x,pid=<other>`` could make a naive parser blame another
-process (F14 in the hostile-node issue). The first line is therefore read from its end
+process (docs/threats.md: victim-name-spoof). The first line is therefore read from its end
 (``,pid=<digits>,uid=<digits>`` anchored there, the comm is whatever lies between
 ``task=`` and that), and the pid is confirmed by the second line, where it comes before
 the comm and cannot be steered. Read by the OOM watcher on the sampler thread, never at

@@ -145,8 +145,9 @@ class TmpfsSource(SourceBase):
 
     def _proc_dir(self, pid: int) -> Path:
         """/proc/PID, or /proc/PID/task/TID of a live thread when PID is a zombie leader
-        whose other threads run (red-team F6: its mountinfo fails with EINVAL, its ns and
-        root links are gone; the collector failed for the whole node)."""
+        whose other threads run (its mountinfo fails with EINVAL, its ns and root links
+        are gone; the collector failed for the whole node: docs/threats.md,
+        zombie-leader)."""
         base = self._paths.proc(pid)
         try:
             state = read_text(base / "stat").rsplit(")", 1)[-1].split()[:1]

@@ -51,7 +51,7 @@ class HostPaths:
     def require_procfs(self) -> None:
         """Raise unless ``procfs`` holds a procfs: with /proc gone (unmounted, a hostPath
         that vanished) every pid would look exited, and a collector would report success
-        with no series (red-team F18)."""
+        with no series (docs/threats.md: proc-gone)."""
         if not os.path.exists(f"{self.procfs}/meminfo"):
             raise FileNotFoundError(
                 errno.ENOENT, f"{self.procfs} holds no procfs (no meminfo): is /proc mounted?")
@@ -93,9 +93,10 @@ def self_memory_cgroup(procfs: Path = Path("/proc"), pid: int | str = "self") ->
     On v1 the line with ``memory`` in its controller list; on a pure v2 host the ``0::``
     line. Hybrid hosts list both; the v1 memory line wins when it exists.
     """
-    # Cgroup names are bytes: a pod may create one that is not UTF-8 (red-team F20 failed
-    # discovery on every host scan). surrogateescape keeps the exact bytes for the
-    # filesystem; label values escape them (labels.bounded).
+    # Cgroup names are bytes: a pod may create one that is not UTF-8 (strict decoding
+    # failed discovery on every host scan: docs/threats.md, non-utf8-cgroup).
+    # surrogateescape keeps the exact bytes for the filesystem; label values escape them
+    # (labels.bounded).
     text = (procfs / str(pid) / "cgroup").read_bytes().decode("utf-8", "surrogateescape")
     v2_path = None
     for line in text.splitlines():
@@ -120,7 +121,7 @@ def cgroupns_root(procfs: Path, hierarchy: MemoryHierarchy, max_dirs: int = 2000
     In a private cgroup namespace (the default for containers on cgroup v2, or
     ``unshare -C``) /proc/PID/cgroup shows paths relative to that root (``/../../x``):
     taken as they are, every host process's cgroup resolves to a wrong directory and is
-    silently not monitored (red-team F20). pid 1 at the host root reads as
+    silently not monitored (docs/threats.md: own-cgroup-namespace). pid 1 at the host root reads as
     ``/..`` repeated once per level of our root (the namespace files of pid 1 may not be
     readable, the paths always are); the root is the directory at that depth that holds
     our own cgroup. Raises CgroupLayoutError when it cannot be found.
@@ -242,10 +243,10 @@ class OpenFiles:
 
     Bounded: descriptors are kept only while the process-wide ``FdBudget`` allows (half
     the open-file limit); beyond it a file is opened, read and closed each time. A node
-    with more processes than the limit (red-team F7: 1,100 processes at 1,024 fds left the
-    exporter at its limit, unable to accept a scrape) costs syscalls, not availability.
-    On EMFILE/ENFILE every descriptor this instance keeps is given back and the read is
-    retried once, open-read-close.
+    with more processes than the limit (docs/threats.md: fd-exhaustion; 1,100 processes at
+    1,024 fds left the exporter at its limit, unable to accept a scrape) costs syscalls,
+    not availability. On EMFILE/ENFILE every descriptor this instance keeps is given back
+    and the read is retried once, open-read-close.
     """
 
     def __init__(self, max_open: int = 4096, budget: FdBudget | None = None) -> None:

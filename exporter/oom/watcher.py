@@ -12,20 +12,22 @@ kill domains it follows; after every scrape with each cgroup's labels and proces
   kills every process of the container: ``oom_kill`` rises once per process signalled (the
   chosen victim twice: 3 for 2 processes on 6.1) and ``oom_group_kill`` by one. A rise of
   ``oom_group_kill`` is one kill per group.
-- **History is not news** (F3). A domain's counters at its first read are the baseline,
-  unless the domain appeared after the exporter's first listing of the node
-  (``young``): its counters then started at zero after headroom did, and a kill read at
-  the first look is counted (a container killed before any scrape, F12).
+- **History is not news** (docs/threats.md: restart-recount). A domain's counters at its
+  first read are the baseline, unless the domain appeared after the exporter's first
+  listing of the node (``young``): its counters then started at zero after headroom did,
+  and a kill read at the first look is counted (a container killed before any scrape:
+  docs/threats.md, kill-before-first-scrape).
 - **The victim** comes from the kernel log when readable (its pid confirmed, never parsed
-  from a process name: F14), its full name from the member tables (comm is cut at 15
-  characters); without the log, it is the largest process (by last-known RSS) that left
-  the domain since its kill counter last read lower, marked as a guess: the sampler's
-  member tables (``oom/members.py``, every pass) say who left, the scrapes' process
-  tables add the processes they saw that are dead now. While none has left yet (a victim
-  can take seconds to die on a busy node) the kill waits, up to ``GUESS_WAIT`` and
-  ``GUESS_PASSES`` sampler passes; then it is "unknown". A log victim whose counter was
-  never seen to move (the runtime removed a v1 container's cgroup first) is counted from
-  the log, and a later rise of that counter is then the same kill, not another.
+  from a process name: docs/threats.md, victim-name-spoof), its full name from the member
+  tables (comm is cut at 15 characters); without the log, it is the largest process (by
+  last-known RSS) that left the domain since its kill counter last read lower, marked as a
+  guess: the sampler's member tables (``oom/members.py``, every pass) say who left, the
+  scrapes' process tables add the processes they saw that are dead now. While none has
+  left yet (a victim can take seconds to die on a busy node) the kill waits, up to
+  ``GUESS_WAIT`` and ``GUESS_PASSES`` sampler passes; then it is "unknown". A log victim
+  whose counter was never seen to move (the runtime removed a v1 container's cgroup first)
+  is counted from the log, and a later rise of that counter is then the same kill, not
+  another.
 - **The document before the count**: ``check`` hands each kill to ``publish`` (the
   flight-recorder document, written and kept) before it adds it to ``counts`` and the pod
   count, so a scrape that shows the kill finds its document too.
@@ -274,11 +276,11 @@ class OomWatcher:
         since, d.read_pass = d.read_pass, self._pass
         if d.last is None:
             if not d.young:
-                d.last = c  # history: the baseline (F3)
+                d.last = c  # history: the baseline
                 if d.pod is not None:
                     self._pod_kills[d.pod] = self._pod_kills.get(d.pod, 0) + c.oom_kill
                 return
-            d.last = KillCounters(0, 0)  # born after the exporter started: all news (F12)
+            d.last = KillCounters(0, 0)  # born after the exporter started: all news
         n = kills_between(d.last, c)
         d.last = c
         while n > 0 and d.credit:  # already counted from the kernel log

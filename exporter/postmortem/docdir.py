@@ -13,9 +13,10 @@ so every operation is relative to one directory descriptor and trusts nothing it
 - reading opens with ``O_NOFOLLOW|O_NONBLOCK`` and serves a regular file only, up to a
   size limit.
 
-Red-team findings F4 (writes followed planted symlinks: an outside file overwritten as
-root), F5 (pruning deleted 11 foreign files and the newest document), F16 (a full disk
-left 0-byte temporaries and colliding names) and F17 (the index listed directories,
+What each rule stops (docs/threats.md, the flight-recorder directory): planted-symlinks
+(writes followed planted symlinks: an outside file overwritten as root), foreign-files
+(pruning deleted 11 foreign files and the newest document), full-disk (a full disk left
+0-byte temporaries and colliding names) and index-junk (the index listed directories,
 FIFOs and symlinks).
 """
 

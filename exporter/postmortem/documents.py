@@ -51,8 +51,8 @@ def kill_document(k: OomKill, window: float, history: Mapping[str, Any],
 class DocumentStore:
     """The newest ``max_documents`` in memory, and on disk through a ``DocumentDir`` (one
     directory descriptor, O_EXCL|O_NOFOLLOW temporaries, never replacing or following
-    what it finds, pruning and serving only its own regular files: red-team F4, F5,
-    F16, F17)."""
+    what it finds, pruning and serving only its own regular files: docs/threats.md,
+    the flight-recorder directory)."""
 
     def __init__(self, directory: Path | None, max_documents: int = 50) -> None:
         self.directory = directory

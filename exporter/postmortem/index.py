@@ -1,6 +1,6 @@
-"""The HTML ``/debug/oom/`` index from a cache (red-team R6: every request parsed every
-stored document, 1.5 s with 50 of them; 40 concurrent requests made a scrape's discovery
-collector time out).
+"""The HTML ``/debug/oom/`` index from a cache (docs/threats.md: index-burst; every
+request parsed every stored document, 1.5 s with 50 of them, and 40 concurrent requests
+made a scrape's discovery collector time out).
 
 A row needs four fields of a document, so each document is parsed once for its row,
 keyed by its name and its file's (inode, size, mtime); the page is kept while the

@@ -1,13 +1,14 @@
-"""The vLLM-path attackers (issue 23 R1-R5) together, black box: a real ``headroom serve``
-in a sandbox (new PID and network namespaces, loopback only, the exporter in a 160 MiB
-memory cgroup beneath the test's own), scraped for a minute while they attack
-(benchmarks/hostile_vllm_soak.py, whose default run is the 10-minute soak).
+"""The vLLM-path attackers together (docs/threats.md: kv-groups, kv-bomb, silent-ports,
+big-bodies, own-network-namespace), black box: a real ``headroom serve`` in a sandbox (new
+PID and network namespaces, loopback only, the exporter in a 160 MiB memory cgroup beneath
+the test's own), scraped for a minute while they attack (benchmarks/hostile_vllm_soak.py,
+whose default run is the 10-minute soak).
 
 Checked: every scrape has the healthy pod's vLLM series; /healthz always answers (here
 within 5 s: the 1 s figure is the benchmark's, on a machine this test does not own); the
 exporter is neither killed nor over its limit; no connection ever reaches the address
-the R5 pod added in a namespace of its own; the R1 and R2 publishers are counted as
-overflow and garbage, not followed.
+the netns pod added in a namespace of its own; the kv-groups and kv-bomb publishers are
+counted as overflow and garbage, not followed.
 """
 
 from __future__ import annotations

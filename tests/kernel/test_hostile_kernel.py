@@ -1,6 +1,8 @@
 """Hostile processes on the real kernel, read by a real ``headroom serve`` process:
-a whitespace argv[0] (F1), 128 KB process names (F2), a zombie leader (F6), 1,100
-processes at a 1,024-fd limit (F7), a non-UTF-8 cgroup name (F20). Cgroups are made
+a whitespace argv[0], 128 KB process names, a zombie leader, 1,100 processes at a
+1,024-fd limit, a non-UTF-8 cgroup name, a cgroup namespace of its own (docs/threats.md:
+blank-argv0, huge-process-names, zombie-leader, fd-exhaustion, non-utf8-cgroup,
+own-cgroup-namespace). Cgroups are made
 beneath the test's own cgroup (tests/helpers/kernel.py); every healthy pod must keep its series."""
 
 from __future__ import annotations
@@ -124,8 +126,8 @@ def rss_kib(pid: int) -> int:
 
 def test_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
                                                   tmp_path: Path) -> None:
-    """F1: ``exec -a ' ' sleep`` raised IndexError in process_name and failed the procfs
-    collector for the whole node, on every scrape."""
+    """``exec -a ' ' sleep`` raised IndexError in process_name and failed the procfs
+    collector for the whole node, on every scrape (docs/threats.md: blank-argv0)."""
     pod_uid, pod = tree.pod()
     cid, bad = tree.container(pod)
     _, good = tree.container(pod)
@@ -143,8 +145,9 @@ def test_whitespace_argv0_does_not_fail_procfs(tree: KubeTree, procs: Procs,
 
 def test_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
                                            tmp_path: Path) -> None:
-    """F2: 15 processes with 131,000-byte names made /metrics 17.7 MB a scrape and took
-    the exporter from 46 to 373 MB RSS (the chart's limit is 160 MiB)."""
+    """15 processes with 131,000-byte names made /metrics 17.7 MB a scrape and took the
+    exporter from 46 to 373 MB RSS (the chart's limit is 160 MiB; docs/threats.md:
+    huge-process-names)."""
     pod_uid, pod = tree.pod()
     _, hostile = tree.container(pod)
     _, good = tree.container(pod)
@@ -168,8 +171,9 @@ def test_huge_process_names_are_bounded(tree: KubeTree, procs: Procs,
 
 def test_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
                                              tmp_path: Path) -> None:
-    """F6: the mountinfo of a zombie leader (a container whose main thread exited while
-    its other threads run) fails with EINVAL, and the tmpfs collector failed node-wide."""
+    """The mountinfo of a zombie leader (a container whose main thread exited while its
+    other threads run) fails with EINVAL, and the tmpfs collector failed node-wide
+    (docs/threats.md: zombie-leader)."""
     zombie_uid, zombie_pod = tree.pod()
     _, zc = tree.container(zombie_pod)
     good_uid, good_pod = tree.pod()
@@ -189,8 +193,9 @@ def test_zombie_leader_does_not_fail_tmpfs(tree: KubeTree, procs: Procs,
 
 def test_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs: Procs,
                                                           tmp_path: Path) -> None:
-    """F20: a cgroup whose name is not UTF-8 failed discovery on every host scan
-    (/proc/PID/cgroup decoded strictly), so nothing at all was collected."""
+    """A cgroup whose name is not UTF-8 failed discovery on every host scan
+    (/proc/PID/cgroup decoded strictly), so nothing at all was collected (docs/threats.md:
+    non-utf8-cgroup)."""
     pod_uid, pod = tree.pod()
     _, good = tree.container(pod)
     procs.spawn(tree, good, ["healthy-worker", "600"], executable="/bin/sleep")
@@ -216,9 +221,10 @@ def test_non_utf8_cgroup_name_does_not_fail_discovery(tree: KubeTree, procs: Pro
 
 def test_own_cgroup_namespace_is_resolved_not_silently_empty(
         tree: KubeTree, procs: Procs, tmp_path: Path) -> None:
-    """F20: in its own cgroup namespace (``unshare -C``; containers on cgroup v2 by
-    default) /proc/PID/cgroup paths are relative to the namespace root: a vLLM outside
-    Kubernetes was tracked under a wrong path and silently not monitored."""
+    """In its own cgroup namespace (``unshare -C``; containers on cgroup v2 by default)
+    /proc/PID/cgroup paths are relative to the namespace root: a vLLM outside Kubernetes
+    was tracked under a wrong path and silently not monitored (docs/threats.md:
+    own-cgroup-namespace)."""
     if subprocess.run(["unshare", "--help"], capture_output=True).returncode != 0:
         pytest.skip("needs unshare (util-linux)")
     _, pod = tree.pod()
@@ -245,10 +251,10 @@ def test_own_cgroup_namespace_is_resolved_not_silently_empty(
 @pytest.mark.host_only
 def test_more_processes_than_the_fd_limit(tree: KubeTree, procs: Procs,
                                              tmp_path: Path) -> None:
-    """F7: 1,100 processes in tracked cgroups at an open-file limit of 1,024: the
-    exporter kept every /proc/PID/status open, sat at 1,024 fds, stopped answering
-    /healthz and logged 3.9 MB/s. Now kept-open files stay under a budget (half the
-    limit) and the rest are read open-read-close."""
+    """1,100 processes in tracked cgroups at an open-file limit of 1,024: the exporter
+    kept every /proc/PID/status open, sat at 1,024 fds, stopped answering /healthz and
+    logged 3.9 MB/s. Now kept-open files stay under a budget (half the limit) and the rest
+    are read open-read-close (docs/threats.md: fd-exhaustion)."""
     if subprocess.run(["prlimit", "--version"], capture_output=True).returncode != 0:
         pytest.skip("needs prlimit (util-linux)")
     pod_uid, pod = tree.pod()

@@ -4,7 +4,8 @@ One kill is one increment of ``headroom_oom_kills_total`` and of the pod-level c
 with its victim named from the kernel log and a flight-recorder document of its climb,
 even for a container killed seconds after its cgroup appeared, with no scrape before;
 kills from before the exporter started are never reported; a process name cannot steer
-the victim's pid. The F-numbers are the red-team findings of issue 10 at de662c2.
+the victim's pid (docs/threats.md: restart-recount, kill-before-first-scrape,
+victim-name-spoof).
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ async def test_without_the_kernel_log_a_kill_on_busy_cores_is_named(
         tree: KubeTree, pipelines: list[Pipeline], tmp_path: Path,
         busy_cores: subprocess.Popen[bytes], scraped: bool) -> None:
     """The chart's default (kmsg off: a container gets EPERM) with both cores busy while
-    the kill happens (issue 22 item 5: the victim was "unknown" under load). The victim is
+    the kill happens (under such load the victim used to be "unknown"). The victim is
     the process that left the container's member listing (kept by the sampler every
     pass), not one a scrape happened to see: also for a container no scrape ever saw
     ("young"). A second, smaller process lives on in the container: not the victim."""

@@ -135,7 +135,8 @@ def test_a_url_without_a_scheme_is_bad_usage() -> None:
 
 
 def test_an_answer_over_the_cap_is_refused_not_read(tmp_path: Path) -> None:
-    """R13: a "Prometheus" that answers 40 MiB: explain stops at the cap, says so."""
+    """A "Prometheus" that answers 40 MiB: explain stops at the cap, says so
+    (docs/threats.md: huge-prometheus-answer)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

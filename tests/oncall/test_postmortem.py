@@ -266,8 +266,8 @@ def test_the_member_table_lists_a_cgroup_whose_usage_did_not_move_once_a_second(
 
 
 def test_each_kill_is_published_before_it_is_counted() -> None:
-    """A scrape that sees the count move finds the kill's document (issue 23: the v2
-    guest found no document right after the counter moved)."""
+    """A scrape that sees the count move finds the kill's document (the cgroup v2 guest
+    once found no document right after the counter moved)."""
     w, _ = watcher(kmsg=False)
     w.track({POD: (None, True)})
     seen: list[tuple[str, dict[tuple[Workload, str], int]]] = []

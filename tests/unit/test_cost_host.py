@@ -1,4 +1,4 @@
-"""Cost fuzz, the host half (issue 23, build item 5): what the parsers of mount tables,
+"""Cost fuzz, the host half (docs/threats.md: parser-cost): what the parsers of mount tables,
 process names and the web config cost, as their input grows.
 
 Stated bounds, each checked below:

@@ -1,5 +1,5 @@
-"""Cost of every parser a pod feeds on the vLLM path (issue 23, Build 5): KV-event frames,
-/metrics bodies, /kv_event_sources answers.
+"""Cost of every parser a pod feeds on the vLLM path (docs/threats.md: parser-cost):
+KV-event frames, /metrics bodies, /kv_event_sources answers.
 
 For each, hostile shapes at two sizes n and 8n: the CPU time of the process
 (``time.process_time``, best of three) and the peak of Python allocations (tracemalloc)

@@ -1,5 +1,6 @@
-"""The flight recorder's directory against planted files: symlinks (F4), foreign files
-(F5), a full disk (F16, a real 64 KiB tmpfs), junk in the index (F17)."""
+"""The flight recorder's directory against planted files: symlinks, foreign files, a full
+disk (a real 64 KiB tmpfs), junk in the index (docs/threats.md: planted-symlinks,
+foreign-files, full-disk, index-junk)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ NAME = "20261130T220000Z-ns-pod-c-123.json"
 
 
 def test_planted_symlinks_are_never_followed(tmp_path: Path) -> None:
-    """F4: the temporary name was predictable and opened without O_NOFOLLOW: a symlink
-    planted under it made an OOM kill overwrite an outside file as root."""
+    """The temporary name was predictable and opened without O_NOFOLLOW: a symlink
+    planted under it made an OOM kill overwrite an outside file as root (docs/threats.md:
+    planted-symlinks)."""
     d = tmp_path / "dir"
     d.mkdir()
     outside = tmp_path / "outside.txt"
@@ -39,7 +41,8 @@ def test_planted_symlinks_are_never_followed(tmp_path: Path) -> None:
 
 
 def test_pruning_deletes_only_its_own_oldest(tmp_path: Path) -> None:
-    """F5: pruning globbed *.json: it deleted 11 foreign files and its newest document."""
+    """Pruning globbed *.json: it deleted 11 foreign files and its newest document
+    (docs/threats.md: foreign-files)."""
     d = tmp_path / "dir"
     d.mkdir()
     foreign = [f"zz-foreign-{i}.json" for i in range(11)] + ["notes.txt"]
@@ -72,8 +75,8 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 def test_full_disk_leaves_nothing_behind_and_names_never_collide(
         tiny_tmpfs: Path) -> None:
-    """F16: on a full flight-recorder disk each kill left a 0-byte *.tmp, and two kills of
-    one workload in one millisecond wrote the same name."""
+    """On a full flight-recorder disk each kill left a 0-byte *.tmp, and two kills of one
+    workload in one millisecond wrote the same name (docs/threats.md: full-disk)."""
     store = DocumentDir(tiny_tmpfs / "oom", max_documents=50)
     small = json.dumps({"usage": list(range(100))}).encode()
     first = store.write(NAME, small)
@@ -87,8 +90,9 @@ def test_full_disk_leaves_nothing_behind_and_names_never_collide(
 
 
 def test_index_lists_only_regular_documents_it_wrote(tmp_path: Path) -> None:
-    """F17 (and F4's read side), on the real exporter: /debug/oom/ listed directories,
-    FIFOs and symlinks, and served a JSON outside the directory through a link."""
+    """On the real exporter: /debug/oom/ listed directories, FIFOs and symlinks, and served
+    a JSON outside the directory through a link (docs/threats.md: index-junk, and
+    planted-symlinks on the read side)."""
     d = tmp_path / "oom"
     d.mkdir()
     outside = tmp_path / "secret.json"

@@ -1,4 +1,5 @@
-"""Hostile or broken hosts at the pipeline level: /proc gone (F18)."""
+"""Hostile or broken hosts at the pipeline level: /proc gone, control characters in label
+values (docs/threats.md: proc-gone, control-characters)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.conftest import (
 
 
 async def test_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
-    """F18: with /proc unmounted (or the hostPath gone) procfs and tmpfs reported
-    success 1 with no series: a blind exporter that looked healthy."""
+    """With /proc unmounted (or the hostPath gone) procfs and tmpfs reported success 1
+    with no series: a blind exporter that looked healthy (docs/threats.md: proc-gone)."""
     root = tmp_path / "host"
     shutil.copytree(HOSTS / "v1-cgroupfs-containerd", root, symlinks=True)
     pipeline = fixture_pipeline(on_tree(host_config("v1-cgroupfs-containerd"), root))
@@ -37,9 +38,10 @@ async def test_procfs_gone_fails_the_collectors(tmp_path: Path) -> None:
 
 
 def test_info_label_values_with_esc_rtl_and_bad_bytes_are_made_safe() -> None:
-    """Info item: raw ESC and RTL-override characters reached label values (a dashboard
-    or a terminal then shows another name); a lone surrogate (a non-UTF-8 cgroup name)
-    made the whole body unencodable. The exposition stays parseable by client_python."""
+    """Raw ESC and RTL-override characters reached label values (a dashboard or a
+    terminal then shows another name); a lone surrogate (a non-UTF-8 cgroup name) made the
+    whole body unencodable. The exposition stays parseable by client_python
+    (docs/threats.md: control-characters)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from exporter.collectors.procfs import process_name

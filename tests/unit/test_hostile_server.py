@@ -1,6 +1,6 @@
-"""The HTTP side under hostile clients: idle-connection floods at a 1,024-fd limit (F7),
-scrape bursts (F8), malformed requests and log forging (F13), silent and slow
-connections (F15)."""
+"""The HTTP side under hostile clients: idle-connection floods at a 1,024-fd limit, scrape
+bursts, malformed requests and log forging, silent and slow connections (docs/threats.md:
+fd-exhaustion, scrape-burst, log-forging, silent-connections)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def _raise_nofile(n: int) -> None:
 
 
 def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
-    """F7: at an open-file limit of 1,024, 1,000 idle connections left /metrics and
-    /healthz unanswered (the exporter had no descriptors left). Now the longest-idle
-    connection is evicted at the cap and silent ones are closed at the header timeout."""
+    """At an open-file limit of 1,024, 1,000 idle connections left /metrics and /healthz
+    unanswered (the exporter had no descriptors left). Now the longest-idle connection is
+    evicted at the cap and silent ones are closed at the header timeout (docs/threats.md:
+    fd-exhaustion)."""
     if shutil.which("prlimit") is None:
         pytest.skip("needs prlimit (util-linux)")
     _raise_nofile(4096)
@@ -83,8 +84,9 @@ def _still_open(socks: list[socket.socket]) -> int:
 
 
 def test_silent_and_slow_clients_are_closed(tmp_path: Path) -> None:
-    """F15: a connection that never sent a byte stayed open forever. Now a request head
-    must arrive within --web.header-timeout, however slowly it trickles."""
+    """A connection that never sent a byte stayed open forever. Now a request head must
+    arrive within --web.header-timeout, however slowly it trickles (docs/threats.md:
+    silent-connections)."""
     with serve([*FIXTURE_ARGS, "--web.header-timeout=1s"], tmp_path) as s:
         silent = socket.create_connection(("127.0.0.1", s.port))
         slow = socket.create_connection(("127.0.0.1", s.port))
@@ -155,11 +157,12 @@ def test_connection_cap_evicts_the_longest_idle_never_a_busy_one() -> None:
 
 async def test_scrape_during_a_burst_keeps_workload_series(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """F8: each of 150 concurrent scrapes rendered in the shared thread pool; the next
+    """Each of 150 concurrent scrapes rendered in the shared thread pool; the next
     collection's collectors queued behind the renders and timed out, so a scrape in the
-    burst had no workload series. A render costs 300 ms here (a big node): 150 of them
-    queued in the pool are about 8 s, well past the 3 s collector timeout, which a
-    collector on a fixture tree stays far below on a busy machine when nothing queues."""
+    burst had no workload series (docs/threats.md: scrape-burst). A render costs 300 ms
+    here (a big node): 150 of them queued in the pool are about 8 s, well past the 3 s
+    collector timeout, which a collector on a fixture tree stays far below on a busy
+    machine when nothing queues."""
     real_render = web_app.render
 
     def slow_render(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -195,7 +198,8 @@ async def test_scrape_during_a_burst_keeps_workload_series(
 
 
 def test_malformed_requests_log_one_short_line_each(tmp_path: Path) -> None:
-    """F13: a request with ~200 headers logged an 839-byte traceback, per request."""
+    """A request with ~200 headers logged an 839-byte traceback, per request
+    (docs/threats.md: log-forging)."""
     with serve(list(FIXTURE_ARGS), tmp_path) as s:
         time.sleep(0.3)
         before = len(s.log_text())
@@ -235,8 +239,8 @@ def _logfmt(line: str) -> list[tuple[str, str]]:
 
 
 def test_log_lines_are_one_escaped_line() -> None:
-    """F13 / info item: logfmt kept raw newlines and backslashes (a pod named with a
-    newline forged a whole log line); ESC and RTL overrides reached terminals."""
+    """Logfmt kept raw newlines and backslashes (a pod named with a newline forged a whole
+    log line); ESC and RTL overrides reached terminals (docs/threats.md: log-forging)."""
     line = LogfmtFormatter().format(_record("process %s exited", HOSTILE, exc=True))
     assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
     assert "\x00" not in line

@@ -1,7 +1,8 @@
-"""The web front under hostile clients, round 2 (issue 23): the /debug/oom/ index under a
-burst (R6), basic auth under a flood of wrong passwords (R7), SIGHUP with an empty,
-partial or invalid web config (R8), SIGHUP right after exec (R10), a huge web config
-(R11)."""
+"""The web front under hostile clients: the /debug/oom/ index under a burst, basic auth
+under a flood of wrong passwords, SIGHUP with an empty, partial or invalid web config,
+SIGHUP right after exec, a huge web config (docs/threats.md: index-burst, password-flood,
+reload-turns-auth-off, early-sighup, huge-web-config; the test names keep the threats'
+short names, R6 to R11)."""
 
 from __future__ import annotations
 
@@ -75,10 +76,11 @@ def big_document(i: int) -> dict[str, object]:
 
 async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """R6: the HTML index parsed every stored document on every request (1.5 s with 50);
+    """The HTML index parsed every stored document on every request (1.5 s with 50);
     40 concurrent requests made a scrape's discovery collector time out. Now rows come
     from a cache keyed on each file's stamp: the burst parses each document at most once
-    more, and scrapes during it keep discovery and the workload series."""
+    more, and scrapes during it keep discovery and the workload series (docs/threats.md:
+    index-burst)."""
     docs = tmp_path / "oom"
     d = DocumentDir(docs)
     for i in range(50):
@@ -119,8 +121,8 @@ async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
 
 
 def test_r7_wrong_passwords_never_evict_a_good_verdict() -> None:
-    """R7: good and bad verdicts shared one 100-entry cache and a hit did not refresh:
-    100 distinct wrong passwords evicted Prometheus's entry."""
+    """Good and bad verdicts shared one 100-entry cache and a hit did not refresh: 100
+    distinct wrong passwords evicted Prometheus's entry (docs/threats.md: password-flood)."""
     auth = BasicAuth({"prometheus": bcrypt_hash("s3cret", cost=4).encode()})
     good = basic("prometheus", "s3cret")["Authorization"]
     assert auth.check(good) is True
@@ -131,10 +133,10 @@ def test_r7_wrong_passwords_never_evict_a_good_verdict() -> None:
 
 async def test_r7_a_wrong_password_flood_is_refused_quickly_and_scrapes_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """R7: under a flood of distinct wrong passwords Prometheus's verdict stays cached
+    """Under a flood of distinct wrong passwords Prometheus's verdict stays cached
     (its scrapes never wait for bcrypt), and the excess beyond one bcrypt running and
     eight queued is answered 503 at once instead of joining an unbounded queue (6/6
-    scrapes timed out at cost 12)."""
+    scrapes timed out at cost 12; docs/threats.md: password-flood)."""
     users = {"prometheus": bcrypt_hash("s3cret", cost=10).encode()}
     security = Security(None, WebConfig(users=users))
     good = basic("prometheus", "s3cret")
@@ -174,10 +176,10 @@ def wait_log(served: Served, needle: str, count: int, timeout: float = 30.0) -> 
 
 def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
         tmp_path: Path) -> None:
-    """R8: SIGHUP while the web config was empty (truncated mid-write) was accepted and
+    """SIGHUP while the web config was empty (truncated mid-write) was accepted and
     turned authentication off (/metrics 401 -> 200), logged at info. Now an empty file,
     one cut before its users, and an invalid one are each refused at warning level and
-    the old config stays in force."""
+    the old config stays in force (docs/threats.md: reload-turns-auth-off)."""
     web_yml = tmp_path / "web.yml"
     users = f'basic_auth_users: {{prometheus: "{bcrypt_hash("s3cret", cost=4)}"}}\n'
     web_yml.write_text("http_server_config: {headers: {X-Frame-Options: deny}}\n" + users)
@@ -199,9 +201,10 @@ def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
 
 
 def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) -> None:
-    """R10: a SIGHUP before the handler was installed killed the exporter with an empty
+    """A SIGHUP before the handler was installed killed the exporter with an empty
     log. The web config here is a FIFO: the exporter is held reading it, at start, when
-    the SIGHUP comes; then it gets its config and serves."""
+    the SIGHUP comes; then it gets its config and serves (docs/threats.md:
+    early-sighup)."""
     fifo = tmp_path / "web.yml"
     os.mkfifo(fifo)
     port = free_port()
@@ -230,7 +233,8 @@ def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) ->
 
 
 def test_r11_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
-    """R11: any size was read and parsed (a 30 MB file held the event loop ~60 s)."""
+    """Any size was read and parsed (a 30 MB file held the event loop ~60 s;
+    docs/threats.md: huge-web-config)."""
     big = tmp_path / "web.yml"
     big.write_text("# padding\n" * (MiB // 10 + 1)
                    + "http_server_config: {headers: {X-Frame-Options: deny}}\n")
@@ -243,9 +247,10 @@ def test_r11_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
 
 def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
         tmp_path: Path) -> None:
-    """R11: the reload read and parsed the file on the event loop. Here the file is
-    swapped for a FIFO nobody writes yet: the reload waits in its thread while /healthz
-    and /metrics answer; once the FIFO delivers a config, it applies."""
+    """The reload read and parsed the file on the event loop (docs/threats.md:
+    huge-web-config). Here the file is swapped for a FIFO nobody writes yet: the reload
+    waits in its thread while /healthz and /metrics answer; once the FIFO delivers a config,
+    it applies."""
     web_yml = tmp_path / "web.yml"
     users = f'basic_auth_users: {{prometheus: "{bcrypt_hash("s3cret", cost=4)}"}}\n'
     web_yml.write_text(users)

@@ -281,10 +281,11 @@ def wait_for(read: Callable[[], T], ok: Callable[[T], bool], timeout: float = 20
 
 def test_r14_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
         tmp_path: Path) -> None:
-    """R14: the walk did ``lstat`` then ``scandir`` by path, so a pod could swap a
+    """The walk did ``lstat`` then ``scandir`` by path, so a pod could swap a
     directory for a symbolic link in between and the walk listed what the link named
     (the exporter's own root, with an absolute link). Here the swap happens right after
-    the mount's top directory is listed, before the descent."""
+    the mount's top directory is listed, before the descent (docs/threats.md:
+    tmpfs-symlink-swap)."""
     mount, outside = tmp_path / "shm", tmp_path / "outside"
     (mount / "d").mkdir(parents=True)
     (mount / "d" / "inside").write_bytes(b"x")
@@ -308,7 +309,7 @@ def test_r14_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
     assert len(listed) == 1  # the link was not descended into
 
 
-# --- the budget (R9) ---------------------------------------------------------------------
+# --- the budget (docs/threats.md: tmpfs-scan-budget) -------------------------------------
 
 POD, CTR = "kubepods/podX", "kubepods/podX/c1"
 
@@ -345,11 +346,12 @@ def _orphan_source(tmp_path: Path, reader: ProcReader) -> TmpfsOrphansSource:
 
 def test_r9_a_huge_pod_whose_usage_moves_is_scanned_within_the_budget(
         tmp_path: Path) -> None:
-    """R9: a pod with 1,000 processes x 300 descriptors whose tmpfs "used" moves every
+    """A pod with 1,000 processes x 300 descriptors whose tmpfs "used" moves every
     second was rescanned in full on every scrape (3-5 s; 3/12 scrapes timed out), and the
     budget did not bound the first pod. Now each scrape spends at most the budget (plus
     one process's descriptors), the scan goes on where it stopped, the pod keeps its last
-    figure marked stale meanwhile, and a finished scan gives the orphaned bytes."""
+    figure marked stale meanwhile, and a finished scan gives the orphaned bytes
+    (docs/threats.md: tmpfs-scan-budget)."""
     counting = CountingReader(procs=1000, fds=300)
     shm = tmp_path / "proc" / str(counting.pids[0]) / "root" / "dev" / "shm"
     shm.mkdir(parents=True)

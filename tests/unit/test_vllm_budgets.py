@@ -1,6 +1,8 @@
 """What one pod can make the vLLM source spend is bounded: each test plays one attack a
 hostile pod can make (huge KV-event batches, huge messages, silent or flooding listeners,
-many API servers, a network namespace of its own) and checks the bound that stops it."""
+many API servers, a network namespace of its own) and checks the bound that stops it
+(docs/threats.md, the vLLM path: kv-groups, kv-bomb, silent-ports, big-bodies,
+own-network-namespace; the test names keep the threats' short names, R1 to R5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A hostile node against the vLLM source, through a real ``headroom serve`` (issue 10):
+"""A hostile node against the vLLM source, through a real ``headroom serve``
+(docs/threats.md: endpoint-credentials, argv-address, unbounded-model-names):
 
 - credentials in ``--vllm.endpoint`` never reach a label or a log line;
 - no connection to an address a process merely writes in its command line;

@@ -1,5 +1,6 @@
-"""``--web.config.file`` (exporter-toolkit format): validation, TLS with real clients and a
-real Prometheus, basic auth, headers, client certificates, reload on SIGHUP (F19)."""
+"""``--web.config.file`` (exporter-toolkit format): validation, TLS with real clients and
+a real Prometheus, basic auth, headers, client certificates, reload on SIGHUP
+(docs/threats.md: sighup)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def test_basic_auth_caches_verdicts_and_treats_unknown_users_alike() -> None:
     assert auth.check(good) is True and auth.cached(good) is True
     assert auth.check(wrong) is False and auth.cached(wrong) is False
     assert auth.check(basic("mallory", "s3cret")["Authorization"]) is False
-    assert auth.cached(good) is True  # bad verdicts are kept apart (R7)
+    assert auth.cached(good) is True  # bad verdicts are kept apart
     for i in range(3):
         auth.check(basic("prometheus", f"wrong-{i}")["Authorization"])
     assert auth.cached(wrong) is None  # bounded: the least recently used went
@@ -256,9 +257,10 @@ scrape_configs:
 
 
 def test_sighup_reloads_web_config_and_sigterm_stays_graceful(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """F19: SIGHUP killed the exporter at once (exit 129, no cleanup). Now it re-reads the
-    web config: a rotated certificate is served from the next handshake, new users
-    apply, a broken file is refused with the old config kept; SIGTERM exits 0."""
+    """SIGHUP killed the exporter at once (exit 129, no cleanup). Now it re-reads the web
+    config: a rotated certificate is served from the next handshake, new users apply, a
+    broken file is refused with the old config kept; SIGTERM exits 0 (docs/threats.md:
+    sighup)."""
     certs = tmp_path / "certs"
     shutil.copytree(pki.dir, certs)
     pki2 = type(pki)(certs, *(certs / p.name for p in (

@@ -98,7 +98,8 @@ def test_every_range_holds_two_samples_at_the_slowest_interval_either_edge() -> 
 
 
 def test_the_window_check_finds_a_guard_that_holds_a_sample_only_sometimes() -> None:
-    """The pattern issue 24 names: a 42 s guard over a series recorded once a minute."""
+    """A guard that holds a sample only some of the time: 42 s over a series recorded
+    once a minute."""
     pytest.importorskip("promql_parser")
     text = yaml.safe_dump({"groups": [{"name": "g", "rules": [
         {"record": "a:b:c", "expr": "up"},
