@@ -10,6 +10,8 @@ import time
 import urllib.request
 from collections.abc import Iterable
 
+from aiohttp import web
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -41,3 +43,13 @@ def stop_all(procs: Iterable[subprocess.Popen[bytes]], timeout: float = 10) -> N
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on a free loopback port: its runner (``cleanup()`` it) and the port."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, port

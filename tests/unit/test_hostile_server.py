@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from exporter.assembly.config import ScrapeSettings
 from exporter.host.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
@@ -26,6 +25,7 @@ from exporter.web.app import make_app
 from exporter.web.connections import ConnectionGuard
 from tests.conftest import fixture_pipeline, host_config
 from tests.helpers.hostile import FIXTURE_ARGS, http_get, serve
+from tests.helpers.net import serve_app
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
 
@@ -169,11 +169,8 @@ async def test_scrape_during_a_burst_keeps_workload_series(
     monkeypatch.setattr(web_app, "render", slow_render)
     cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=3.0))
     pipeline = fixture_pipeline(cfg)
-    runner = web.AppRunner(make_app(pipeline))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"  # type: ignore[union-attr]
+    runner, port = await serve_app(make_app(pipeline))
+    url = f"http://127.0.0.1:{port}/metrics"
     try:
         async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0),
