@@ -3,6 +3,7 @@ with the openssl command, raw sockets."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from exporter.postmortem.docdir import DocumentDir
 from tests.conftest import HOSTS
 
 # Under the v2 guest's software emulation (scripts/v2-guest.py sets HEADROOM_GUEST) starting
@@ -171,3 +174,23 @@ def basic(user: str, password: str) -> dict[str, str]:
 
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"Authorization": f"Basic {token}"}
+
+
+def big_document(i: int) -> dict[str, Any]:
+    """A flight-recorder document with a 15-minute history: about 400 kB of JSON."""
+    scrapes = [{"time": 1.8e9 - 900 + t, "usage": t << 20, "limit": 1 << 30,
+                "processes": [{"process": f"proc-{p}", "count": 1, "rss_anon": p << 20,
+                               "rss_file": 0, "rss_shmem": 0} for p in range(20)]}
+               for t in range(0, 900, 5)]
+    return {"kind": "headroom.oom_kill/v1", "time": 1.8e9 + i, "namespace": "llm",
+            "pod": f"vllm-{i}", "container": "vllm",
+            "victim": {"process": "EngineCore", "pid": 42, "source": "kmsg"},
+            "usage": [[1.8e9 - 900 + t, t << 20] for t in range(900)], "scrapes": scrapes}
+
+
+def write_big_documents(docs: Path, n: int = 50) -> None:
+    """``n`` of ``big_document`` in ``docs``, named as the flight recorder names them."""
+    d = DocumentDir(docs)
+    for i in range(n):
+        d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
+                json.dumps(big_document(i)).encode())
