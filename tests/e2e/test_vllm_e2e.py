@@ -65,6 +65,7 @@ from exporter.collectors.vllm.kv_events import KvBlockTracker
 from exporter.collectors.vllm.locate import pod_ip_from_fib_trie
 from tests.e2e.test_e2e_alerting import query_range
 from tests.helpers.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
+from tests.helpers.stack import prometheus_yml, start_prometheus
 from tests.helpers.vllm_model import server_env
 from tests.helpers.vllm_server import MODEL, VllmServer, build_model, complete, log_tail, prompt
 from tests.unit.test_dashboards import substitute_var
@@ -303,15 +304,8 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
             exporter.start()
             if shutil.which("prometheus"):
                 port = free_port()
-                (tmp_path / "prometheus.yml").write_text(
-                    "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                    "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
-                    f"  - targets: ['127.0.0.1:{exporter.port}']\n")
-                prom = subprocess.Popen(
-                    ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                     f"--web.listen-address=127.0.0.1:{port}"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                prom = start_prometheus(tmp_path, port,
+                                        prometheus_yml(f"127.0.0.1:{exporter.port}"))
                 st.prometheus = f"http://127.0.0.1:{port}"
             yield st
         finally:
