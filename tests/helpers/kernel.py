@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from exporter.host.paths import HostPaths, MemoryHierarchy, self_memory_cgroup
 
 GROWER = r"""
@@ -119,6 +121,14 @@ def own_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarchy, 
                 "tier in the v2 guest (scripts/v2-guest.py) or from a delegated cgroup"
             ) from exc
     return h, own
+
+
+def need_kernel() -> None:
+    """Skip the test unless the kernel tier can run here (a writable memory cgroup)."""
+    try:
+        own_memory_cgroup()
+    except KernelUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def enable_memory(cgroup: Path) -> None:

@@ -11,16 +11,13 @@ from typing import IO
 
 import pytest
 
-from tests.helpers.kernel import KernelUnavailable, KubeTree, own_memory_cgroup
+from tests.helpers.kernel import KubeTree, need_kernel
 
 
 def need_kernel_and(*binaries: str) -> None:
     """Skip the test unless the kernel tier can run here (a writable memory cgroup) and
     every one of ``binaries`` is installed."""
-    try:
-        own_memory_cgroup()
-    except KernelUnavailable as exc:
-        pytest.skip(str(exc))
+    need_kernel()
     need_binaries(*binaries)
 
 

@@ -19,7 +19,7 @@ import select
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,32 +38,11 @@ from exporter.host.paths import FdBudget
 from exporter.sampling import cadence
 from exporter.sampling.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
-from tests.helpers.kernel import (
-    Grower,
-    KernelUnavailable,
-    KubeTree,
-    kube_tree,
-    oom_kills,
-    own_memory_cgroup,
-)
+from tests.helpers.kernel import Grower, KubeTree, oom_kills
 
 pytestmark = pytest.mark.kernel
 
 MiB = 1 << 20
-
-try:
-    own_memory_cgroup()
-    SKIP = ""
-except KernelUnavailable as exc:
-    SKIP = str(exc)
-
-
-@pytest.fixture
-def tree() -> Iterator[KubeTree]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with kube_tree() as t:
-        yield t
 
 
 def make_pipeline(tree: KubeTree, sampler_interval: float = 0.2,
@@ -114,14 +93,6 @@ class Scrape:
 
 async def scrape(p: Pipeline, pod_uid: str, cid: str) -> Scrape:
     return Scrape(parse_exposition(await exposition(p)), pod_uid, cid[:12])
-
-
-@pytest.fixture
-async def pipelines() -> AsyncIterator[list[Pipeline]]:
-    made: list[Pipeline] = []
-    yield made
-    for p in made:
-        await p.aclose()
 
 
 def near(actual: float, expected: float, rel: float = 0.05) -> bool:

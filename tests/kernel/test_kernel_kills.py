@@ -24,21 +24,13 @@ import pytest
 
 from exporter.assembly.factory import Exporter as Pipeline
 from exporter.oom.watcher import GUESS_WAIT, VICTIM_GRACE
-from tests.helpers.kernel import Grower, KubeTree, cpu_stress, kube_tree, oom_kills
-from tests.kernel.test_kernel import SKIP, Scrape, make_pipeline, scrape, wait_samples
+from tests.helpers.kernel import Grower, KubeTree, cpu_stress, oom_kills
+from tests.kernel.test_kernel import Scrape, make_pipeline, scrape, wait_samples
 
 pytestmark = pytest.mark.kernel
 
 MiB = 1 << 20
 NAME = os.path.basename(sys.executable)  # the grower's process name
-
-
-@pytest.fixture
-def tree() -> Iterator[KubeTree]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with kube_tree() as t:
-        yield t
 
 
 @pytest.fixture
