@@ -36,7 +36,7 @@ import pytest
 from alerts.generate import rules_yaml
 from dashboards import generate, layout, selectors
 from exporter.promql import CONFIG, HEADROOM
-from tests.helpers.kernel import kube_tree
+from tests.helpers.kernel import end, kube_tree
 from tests.helpers.net import free_port, stop_all, wait_http
 from tests.helpers.stack import need_kernel_and, prometheus_yml, serve_on_tree, start_prometheus
 
@@ -145,12 +145,7 @@ class Proc:
         self.p.stdin.flush()
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-        for f in (self.p.stdin, self.p.stdout):
-            if f is not None:
-                f.close()
+        end(self.p)
 
 
 @pytest.fixture
@@ -335,13 +330,7 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     # The container's cgroup goes (as at a restart): its raw series end, the rules still
     # hold its figures; the dashboard's figures (joined to the live raw series) drop it,
     # so no tile keeps showing an ended cgroup's headroom or countdown.
-    cgroup_dir = tree.hierarchy.dir(container)
-    for _ in range(50):
-        try:
-            cgroup_dir.rmdir()
-            break
-        except OSError:
-            time.sleep(0.1)
+    tree.remove(container)
     time.sleep(5)
     gone = time.time()
     cid = {r["metric"]["container"] for r in api(prom, "query", time=killed,

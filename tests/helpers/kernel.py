@@ -285,12 +285,17 @@ class Grower:
         return self.proc.wait(timeout=timeout)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:
-                f.close()
+        end(self.proc)
+
+
+def end(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` unless it has exited, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()
 
 
 @contextmanager
