@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -194,3 +195,27 @@ def write_big_documents(docs: Path, n: int = 50) -> None:
     for i in range(n):
         d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
                 json.dumps(big_document(i)).encode())
+
+
+def raise_nofile(n: int) -> None:
+    """This process's open-file limit to at least ``n`` (as far as the hard limit goes)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
+
+
+@contextmanager
+def idle_connections(port: int, n: int = 1000) -> Iterator[list[socket.socket]]:
+    """Up to ``n`` connections to 127.0.0.1:``port`` that send nothing (fewer once one is
+    refused or reset: the exporter defending itself), closed on exit."""
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            except OSError:
+                break
+        yield idle
+    finally:
+        for sock in idle:
+            sock.close()

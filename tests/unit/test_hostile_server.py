@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import re
-import resource
 import shutil
 import socket
 import time
@@ -24,16 +23,10 @@ from exporter.web import app as web_app
 from exporter.web.app import make_app
 from exporter.web.connections import ConnectionGuard
 from tests.conftest import fixture_pipeline, host_config
-from tests.helpers.hostile import FIXTURE_ARGS, http_get, serve
+from tests.helpers.hostile import FIXTURE_ARGS, http_get, idle_connections, raise_nofile, serve
 from tests.helpers.net import serve_app
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
-
-
-def _raise_nofile(n: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < n:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
 
 
 def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
@@ -42,29 +35,19 @@ def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
     connection is evicted at the cap and silent ones are closed at the header timeout."""
     if shutil.which("prlimit") is None:
         pytest.skip("needs prlimit (util-linux)")
-    _raise_nofile(4096)
+    raise_nofile(4096)
     with serve([*FIXTURE_ARGS, "--web.header-timeout=2s"], tmp_path,
-               prefix=["prlimit", "--nofile=1024:1024"]) as s:
-        idle = []
-        try:
-            for _ in range(1000):
-                try:
-                    idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
-                except OSError:
-                    break  # refused or reset: also fine, the exporter is defending itself
-            # Answered at all (it had no descriptors left): generous deadlines, no timing.
-            status, _, body = http_get(s.url + "/metrics", timeout=60)
-            assert status == 200 and WORKLOAD_SERIES in body
-            assert http_get(s.url + "/healthz", timeout=60)[0] == 200
-            # The silent ones are closed by the 2 s header timeout (well before the 90 s
-            # idle timeout, the deadline here): the fds come back.
-            deadline = time.monotonic() + 60
-            while (open_now := _still_open(idle)) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert open_now == 0
-        finally:
-            for sock in idle:
-                sock.close()
+               prefix=["prlimit", "--nofile=1024:1024"]) as s, idle_connections(s.port) as idle:
+        # Answered at all (it had no descriptors left): generous deadlines, no timing.
+        status, _, body = http_get(s.url + "/metrics", timeout=60)
+        assert status == 200 and WORKLOAD_SERIES in body
+        assert http_get(s.url + "/healthz", timeout=60)[0] == 200
+        # The silent ones are closed by the 2 s header timeout (well before the 90 s
+        # idle timeout, the deadline here): the fds come back.
+        deadline = time.monotonic() + 60
+        while (open_now := _still_open(idle)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert open_now == 0
 
 
 def _still_open(socks: list[socket.socket]) -> int:
