@@ -21,6 +21,7 @@ from typing import Any
 
 from exporter.postmortem.docdir import DocumentDir
 from tests.conftest import HOSTS
+from tests.helpers.net import free_port
 
 # Under the v2 guest's software emulation (scripts/v2-guest.py sets HEADROOM_GUEST) starting
 # Python is 30-70x slower: waits for the exporter scale by this factor there, not here.
@@ -30,12 +31,6 @@ V1 = HOSTS / "v1-cgroupfs-containerd"
 FIXTURE_ARGS = (f"--path.procfs={V1 / 'proc'}", f"--path.cgroupfs={V1 / 'sys/fs/cgroup'}",
                 "--no-collector.kubernetes", "--no-collector.nvml", "--no-collector.vllm",
                 "--path.kmsg=")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
