@@ -33,310 +33,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
 import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import IO
 
 from alerts.generate import rules_yaml
-from exporter import catalog as c
-from exporter import promql as q
-from tests.helpers.net import free_port, stop_all
 
-GiB = 1024**3
-MiB = 1024**2
-MINUTE, HOUR, DAY = 60, 3600, 86400
-PROCESSES = ("APIServer", "EngineCore", "Worker_TP0")
-# The share of unreclaimable memory per kind and per process (anon, shmem).
-KINDS = (("anon", 0.6), ("shmem", 0.3), ("kernel", 0.05), ("sock", 0.01))
-PROCESS_SHARE = (0.2, 0.05)
-LEAKING_EVERY = 10  # one container in ten leaks
-LEAK_PER_DAY = 0.03  # of its limit
-BLOCK_S = 6 * HOUR  # promtool's and Prometheus' block length
-JITTER_DIGITS = 6  # figures in bytes get up to 1 MB of noise: chunks that compress as real ones
-
-
-@dataclass(frozen=True)
-class Cgroup:
-    pod: str
-    container: str  # "" = the pod-level cgroup
-    limit: float
-    level: float  # unreclaimable, bytes, now
-    leak: float  # B/s
-
-    @property
-    def labels(self) -> str:
-        return f'namespace="llm",pod="{self.pod}",container="{self.container}"'
-
-
-def node(containers: int, seed: int = 1) -> list[Cgroup]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(containers):
-        limit = rng.choice((16, 24, 32, 48)) * GiB
-        level = rng.uniform(0.3, 0.8) * limit
-        leak = LEAK_PER_DAY * limit / DAY if i % LEAKING_EVERY == 0 else 0.0
-        out.append(Cgroup(f"vllm-{i}", "vllm", limit, level, leak))
-        out.append(Cgroup(f"vllm-{i}", "", limit, level + 16 * MiB, leak))
-    return out
-
-
-def exposition(cgroups: list[Cgroup]) -> bytes:
-    lines: list[str] = []
-
-    def put(name: str, labels: str, value: float) -> None:
-        lines.append(f"{name}{{{labels}}} {value:.0f}")
-
-    for cg in cgroups:
-        lb = cg.labels
-        put(c.MEMORY_LIMIT_BYTES.name, lb, cg.limit)
-        put(c.MEMORY_UNRECLAIMABLE_BYTES.name, lb, cg.level)
-        put(c.MEMORY_USAGE_BYTES.name, lb, cg.level + 2 * GiB)
-        put(c.MEMORY_WORKING_SET_BYTES.name, lb, cg.level + GiB)
-        for event in ("max", "oom_kill"):
-            put(c.MEMORY_EVENTS_TOTAL.name, f'{lb},event="{event}"', 0)
-        for kind, share in (*KINDS, ("file_active", 0.1), ("file_inactive", 0.1)):
-            put(c.MEMORY_BYTES.name, f'{lb},kind="{kind}"', share * cg.level)
-        if cg.container:
-            for p in PROCESSES:
-                for kind, share in zip(("rss_anon", "rss_shmem"), PROCESS_SHARE, strict=True):
-                    put(c.PROCESS_MEMORY_BYTES.name, f'{lb},process="{p}",kind="{kind}"',
-                        share * cg.level)
-            put(c.VLLM_UP.name, lb, 1)
-        else:
-            for name, v in ((c.TMPFS_USED_BYTES.name, GiB), (c.TMPFS_SIZE_BYTES.name, 8 * GiB)):
-                put(name, f'{lb},mount="/dev/shm"', v)
-    return ("\n".join(lines) + "\n").encode()
-
-
-# A series of the history: labels, its value now, its slope (B/s; the value at t is
-# value - slope * (now - t)).
-Row = tuple[str, float, float]
-# Samples every `step` seconds from `back` to `until` seconds before now.
-Span = tuple[int, int, int]
-
-
-def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterator[Row]]]:
-    """What each backfilled family holds, per cgroup (the leak grows unreclaimable
-    memory, its anon kind and EngineCore)."""
-    ctr = [cg for cg in cgroups if cg.container]
-    pods = [cg for cg in cgroups if not cg.container]
-    attributed = sum(PROCESS_SHARE) * len(PROCESSES)
-    return {
-        "events": lambda: ((f'{cg.labels},event="{e}",instance="{instance}",job="headroom"',
-                            0.0, 0.0) for cg in cgroups for e in ("max", "oom_kill")),
-        "level": lambda: ((cg.labels, cg.level, cg.leak) for cg in cgroups),
-        "working_set": lambda: ((cg.labels, cg.level + GiB, cg.leak) for cg in cgroups),
-        "hidden": lambda: ((cg.labels, (1 - attributed) * cg.level, 0.0) for cg in cgroups),
-        "slope": lambda: ((cg.labels, cg.leak, 0.0) for cg in cgroups),
-        "leak": lambda: ((cg.labels, cg.leak, 0.0) for cg in cgroups if cg.leak),
-        "kind": lambda: ((f'{cg.labels},kind="{k}"', share * cg.level,
-                          cg.leak if k == "anon" else 0.0)
-                         for cg in cgroups for k, share in KINDS),
-        "process": lambda: ((f'{cg.labels},process="{p}"', sum(PROCESS_SHARE) * cg.level,
-                             cg.leak if p == "EngineCore" else 0.0)
-                            for cg in ctr for p in PROCESSES),
-        "tmpfs": lambda: ((f'{cg.labels},mount="/dev/shm"', float(GiB), 0.0) for cg in pods),
-        "one": lambda: ((cg.labels, 1.0, 0.0) for cg in ctr),
-        "range": lambda: ((cg.labels, 10**JITTER_DIGITS, 0.0) for cg in cgroups),
-    }
-
-
-def _day_ago(hours: float = 1) -> Span:
-    return DAY + int(hours * HOUR) + 2 * MINUTE, DAY - MINUTE, MINUTE
-
-
-RECENT_HOUR: Span = (HOUR + MINUTE, 0, MINUTE)
-# Family -> its rows and the spans the rules read (windows plus offsets, rounded up to
-# a step), from alerts/headroom.rules.yaml.
-HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
-    # max_over_time(oom_kill[1h] offset 10m), rate(max[15m])
-    (c.MEMORY_EVENTS_TOTAL.name, "events", ((HOUR + 12 * MINUTE, 0, 15),)),
-    # deriv[30m], max_over_time[5m] offset 1h, max_over_time[1h] (hourly maxima)
-    (q.UNRECLAIMABLE, "level", ((HOUR + 7 * MINUTE, 0, MINUTE),)),
-    (q.WORKING_SET, "working_set", (RECENT_HOUR,)),  # min_over_time[1h]
-    (q.HIDDEN, "hidden", (RECENT_HOUR, _day_ago())),  # deriv[1h], [1h] offset 1d
-    (q.SLOPE_SHORT, "slope", ((7 * MINUTE, 0, MINUTE),)),  # min_over_time[6m]
-    (q.SLOPE_MEDIUM, "slope", ((31 * MINUTE, 0, MINUTE),)),  # min_over_time[30m]
-    (q.GROWTH + "\thorizon=medium", "leak", ((DAY, 0, MINUTE),)),  # max_over_time[1d]
-    (q.MEMORY_KIND, "kind", (RECENT_HOUR, _day_ago())),
-    (q.PROCESS_MEMORY, "process", (RECENT_HOUR, _day_ago())),
-    # predict_linear[6h], deriv[1h], avg_over_time[1h] offset 1d
-    (q.TMPFS_USED, "tmpfs", ((6 * HOUR + MINUTE, 0, MINUTE), _day_ago())),
-    (q.VLLM_UP, "one", (RECENT_HOUR,)),  # max_over_time[1h]
-    # The lasting group, every 5 min: rises over [1d] offset 1d (the maxima an hour
-    # later), present_over_time[1h] offset 1d23h.
-    (q.HOURLY_MAX, "level", ((2 * DAY + 2 * HOUR, 0, 300),)),
-    (q.HOURLY_MIN, "level", ((2 * DAY + 5 * MINUTE, 0, 300),)),
-    (q.HIDDEN_HOURLY_MIN, "hidden", ((2 * DAY + 5 * MINUTE, 0, 300),)),
-    (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, 300),)),
-    (q.GROWTH + "\thorizon=lasting", "leak", ((DAY + 5 * MINUTE, 0, 300),)),
-    (q.VLLM_ANSWERED, "one", ((DAY + 5 * MINUTE, 0, 300),)),  # max_over_time[1d]
-    (q.PEAK_ENVELOPE, "level", ((15 * MINUTE, 0, 300),)),  # last_over_time[15m]
-    (q.HOURLY_RANGE, "range", ((15 * MINUTE, 0, 300),)),
-)
-
-
-def _label(extra: str) -> str:
-    """`horizon=lasting` -> `,horizon="lasting"`."""
-    if not extra:
-        return ""
-    key, value = extra.split("=")
-    return f',{key}="{value}"'
-
-
-def _times(now: int, spans: tuple[Span, ...]) -> list[int]:
-    out: set[int] = set()
-    for back, until, step in spans:
-        out.update(range(-(-(now - back) // step) * step, now - until, step))
-    return sorted(out)
-
-
-def _series(head: str, value: float, slope: float, now: int, times: list[int],
-            noisy: list[str], plain: list[str]) -> str:
-    """One series' lines: constant figures in bytes carry a shared noise in their last
-    digits (`noisy`: those digits and the timestamps; `plain`: the timestamps); a
-    leak's are computed per sample."""
-    if slope and value >= 10**JITTER_DIGITS:
-        return "".join(f"{head} {value - slope * (now - t):.0f} {t}\n" for t in times)
-    if value >= 10**JITTER_DIGITS:
-        lead = f"{head} {int(value) // 10**JITTER_DIGITS}"
-        return lead + lead.join(noisy)
-    lead = f"{head} {value:.6g}"
-    return lead + lead.join(plain)
-
-
-def write_history(cgroups: list[Cgroup], instance: str, now: int,
-                  block: Callable[[int], IO[str]]) -> int:
-    """Writes the history into one OpenMetrics text per block (`block(start)`) and
-    returns the number of samples."""
-    rng = random.Random(7)
-    jitter = [f"{rng.randrange(10**JITTER_DIGITS):0{JITTER_DIGITS}d}"
-              for _ in range(4 * DAY // MINUTE)]
-    rows = _rows(cgroups, instance)
-    samples = 0
-    for family, source, spans in HISTORY:
-        name, _, extra = family.partition("\t")
-        times = _times(now, spans)
-        chunks: dict[int, list[int]] = {}
-        for t in times:
-            chunks.setdefault(t // BLOCK_S * BLOCK_S, []).append(t)
-        for start, ts in chunks.items():
-            noisy = [f"{j} {t}\n" for j, t in zip(jitter, ts, strict=False)]
-            plain = [f" {t}\n" for t in ts]
-            f = block(start)
-            f.write(f"# TYPE {name} gauge\n")
-            for labels, value, slope in rows[source]():
-                lb = labels + _label(extra)
-                f.write(_series(f"{name}{{{lb}}}", value, slope, now, ts, noisy, plain))
-                samples += len(ts)
-    return samples
-
-
-def backfill(cgroups: list[Cgroup], instance: str, data: Path, work: Path,
-             promtool: str) -> tuple[int, float, float]:
-    """Returns the samples written, the seconds spent writing the text and converting it."""
-    now = int(time.time())
-    files: dict[int, IO[str]] = {}
-
-    def block(start: int) -> IO[str]:
-        if start not in files:
-            files[start] = (work / f"history-{start}.om").open("w")
-        return files[start]
-
-    started = time.monotonic()
-    samples = write_history(cgroups, instance, now, block)
-    for f in files.values():
-        f.write("# EOF\n")
-        f.close()
-    written = time.monotonic()
-
-    def convert(f: IO[str]) -> None:
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
-                        f"--max-block-duration={BLOCK_S}s", f.name, str(data)],
-                       check=True, capture_output=True, timeout=3600)
-        Path(f.name).unlink()
-
-    # The newest blocks hold most samples: start them first.
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(convert, sorted(files.values(), key=lambda f: f.name, reverse=True)))
-    return samples, written - started, time.monotonic() - written
-
-
-class Exporter:
-    def __init__(self, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=120) as r:
-        body: bytes = r.read()
-    return body
-
-
-def _self_metric(prom: str, name: str) -> dict[str, float]:
-    """Rule group -> value of one of Prometheus' own metrics, from its /metrics (a
-    Prometheus without a self-scrape job has none of them in its TSDB)."""
-    out = {}
-    for line in _get(f"{prom}/metrics").decode().splitlines():
-        if line.startswith(name + "{"):
-            labels, value = line.rsplit(" ", 1)
-            group = labels.split('rule_group="', 1)[1].split('"', 1)[0].split(";")[-1]
-            out[group] = float(value)
-    return out
+from .rule_node import fetch, prometheus_over_history, self_metric
 
 
 def _count(prom: str, expr: str) -> int:
     url = f"{prom}/api/v1/query?{urllib.parse.urlencode({'query': f'count({expr})'})}"
-    result = json.loads(_get(url))["data"]["result"]
+    result = json.loads(fetch(url))["data"]["result"]
     return int(float(result[0]["value"][1])) if result else 0
 
 
 def costliest(prom: str, n: int = 10) -> list[dict[str, object]]:
     """The rules whose last evaluation took longest (/api/v1/rules `evaluationTime`)."""
-    groups = json.loads(_get(f"{prom}/api/v1/rules"))["data"]["groups"]
+    groups = json.loads(fetch(f"{prom}/api/v1/rules"))["data"]["groups"]
     rules = [
         {"group": g["name"], "rule": r["name"], "labels": r.get("labels", {}),
          "s": round(r["evaluationTime"], 3)}
         for g in groups for r in g["rules"]]
     return sorted(rules, key=lambda r: -float(str(r["s"])))[:n]
-
-
-def _wait_ready(prom: str, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            _get(f"{prom}/-/ready")
-            return
-        except OSError:
-            time.sleep(2)
-    raise TimeoutError("Prometheus never became ready")
 
 
 def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
@@ -351,8 +69,8 @@ def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
     while time.monotonic() < deadline:
         time.sleep(10)
         load.append(os.getloadavg()[0])
-        at = _self_metric(prom, "prometheus_rule_group_last_evaluation_timestamp_seconds")
-        durations = _self_metric(prom, "prometheus_rule_group_last_duration_seconds")
+        at = self_metric(prom, "prometheus_rule_group_last_evaluation_timestamp_seconds")
+        durations = self_metric(prom, "prometheus_rule_group_last_duration_seconds")
         for group, t in at.items():
             if t > max(ended.get(group, 0), 0):
                 ended[group] = t
@@ -367,50 +85,21 @@ def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
 
 
 def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, object]:
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    assert prometheus and promtool, "needs the prometheus package"
-    cgroups = node(containers)
-    exporter = Exporter(exposition(cgroups))
-    instance = f"127.0.0.1:{exporter.port}"
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        data = work / "data"
-        data.mkdir()
-        samples, text_s, blocks_s = backfill(cgroups, instance, data, work, promtool)
-        (work / "headroom.rules.yaml").write_text(rules_yaml())
-        port = free_port()
-        (work / "prometheus.yml").write_text(
-            "global: {scrape_interval: 15s, evaluation_interval: 1m}\n"
-            "rule_files: [headroom.rules.yaml]\n"
-            "scrape_configs:\n- job_name: headroom\n"
-            f"  static_configs: [{{targets: ['{instance}']}}]\n")
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [prometheus, f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-             "--storage.tsdb.retention.time=30d",
-             f"--storage.tsdb.max-block-duration={BLOCK_S}s"],
-            stdout=subprocess.DEVNULL, stderr=(work / "prom.log").open("w"))
-        prom = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(prom, 600)
-            ready = time.monotonic()
-            watched = _watch(prom, lasting_rounds, wait_s)
-            measured = time.monotonic()
-            groups = _self_metric(prom, "prometheus_rule_group_last_duration_seconds")
-            written = _self_metric(prom, "prometheus_rule_group_last_evaluation_samples")
-            top = costliest(prom)
-            recorded = _count(prom, '{__name__=~"headroom:.+"}')
-            series = _count(prom, '{__name__=~".+"}')
-        finally:
-            stop_all([proc])
-            exporter.close()
+    with prometheus_over_history(containers, {"headroom.rules.yaml": rules_yaml()}) as run:
+        prom = run.prom
+        watched = _watch(prom, lasting_rounds, wait_s)
+        measured = time.monotonic()
+        groups = self_metric(prom, "prometheus_rule_group_last_duration_seconds")
+        written = self_metric(prom, "prometheus_rule_group_last_evaluation_samples")
+        top = costliest(prom)
+        recorded = _count(prom, '{__name__=~"headroom:.+"}')
+        series = _count(prom, '{__name__=~".+"}')
     return {
-        "containers": containers, "cgroups": len(cgroups),
-        "backfilled_samples": samples,
-        "phases_s": {"write_text": round(text_s), "promtool": round(blocks_s),
-                     "prometheus_ready": round(ready - started),
-                     "rounds": round(measured - ready)},
+        "containers": containers, "cgroups": run.cgroups,
+        "backfilled_samples": run.samples,
+        "phases_s": {"write_text": round(run.text_s), "promtool": round(run.blocks_s),
+                     "prometheus_ready": round(run.ready - run.started),
+                     "rounds": round(measured - run.ready)},
         **watched,
         "group_last_duration_s": groups,
         "group_last_samples": written,

@@ -3,7 +3,7 @@ Prometheus (a benchmark, not a test).
 
     python3 -m benchmarks.rule_forms [--containers 1000]
 
-The node, the backfill and the Prometheus of `benchmarks.rule_cost`, plus one group
+The node, the backfill and the Prometheus of `benchmarks.rule_node`, plus one group
 (`probe`, every 5 min) recording the growth each grower's horizon reads, once per kind
 and per process. Once the lasting group and the probe have run, each form is queried
 at the moment its inputs were recorded: the shipped expression and the cheaper one
@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
-import tempfile
 import time
 import urllib.parse
-from pathlib import Path
 
 import yaml
 
 from alerts.generate import rules_yaml
 from exporter import promql as q
-from tests.helpers.net import free_port, stop_all
 
-from .rule_cost import Exporter, _get, _self_metric, _wait_ready, backfill, exposition, node
+from .rule_node import fetch, prometheus_over_history, self_metric
 
 LASTING_BINDS = f'and on (namespace, pod) {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
 KIND_BINDING = f"({q.KIND_LASTING_GROWTH} {LASTING_BINDS} or {q.KIND_GROWTH})"
@@ -73,7 +68,7 @@ def forms() -> list[tuple[str, str, str, str]]:
 
 def _query(prom: str, expr: str, at: float) -> tuple[float, list[tuple[str, str]]]:
     args = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}", "stats": "all"})
-    body = json.loads(_get(f"{prom}/api/v1/query?{args}"))["data"]
+    body = json.loads(fetch(f"{prom}/api/v1/query?{args}"))["data"]
     rows = sorted((json.dumps(r["metric"], sort_keys=True), r["value"][1])
                   for r in body["result"])
     return float(body["stats"]["timings"]["evalTotalTime"]), rows
@@ -91,44 +86,18 @@ def compare(prom: str, at: dict[str, float]) -> list[dict[str, object]]:
 
 
 def run(containers: int) -> list[dict[str, object]]:
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    assert prometheus and promtool, "needs the prometheus package"
-    cgroups = node(containers)
-    exporter = Exporter(exposition(cgroups))
-    instance = f"127.0.0.1:{exporter.port}"
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        data = work / "data"
-        data.mkdir()
-        backfill(cgroups, instance, data, work, promtool)
-        (work / "headroom.rules.yaml").write_text(rules_yaml())
-        (work / "probe.rules.yaml").write_text(yaml.safe_dump(PROBE_RULES))
-        port = free_port()
-        (work / "prometheus.yml").write_text(
-            "global: {scrape_interval: 15s, evaluation_interval: 1m}\n"
-            "rule_files: [headroom.rules.yaml, probe.rules.yaml]\n"
-            "scrape_configs:\n- job_name: headroom\n"
-            f"  static_configs: [{{targets: ['{instance}']}}]\n")
-        proc = subprocess.Popen(
-            [prometheus, f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-             "--storage.tsdb.retention.time=30d", "--storage.tsdb.max-block-duration=6h"],
-            stdout=subprocess.DEVNULL, stderr=(work / "prom.log").open("w"))
-        prom = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(prom, 600)
-            deadline = time.monotonic() + 900
-            at: dict[str, float] = {}
-            while time.monotonic() < deadline:
-                time.sleep(10)
-                at = _self_metric(prom, "prometheus_rule_group_last_evaluation_timestamp_seconds")
-                # The probe reads the lasting group's figures: it must run after one.
-                if 0 < at.get("headroom.lasting", 0) < at.get("probe", 0):
-                    break
-            return compare(prom, at)
-        finally:
-            stop_all([proc])
-            exporter.close()
+    rules = {"headroom.rules.yaml": rules_yaml(), "probe.rules.yaml": yaml.safe_dump(PROBE_RULES)}
+    with prometheus_over_history(containers, rules) as backfilled:
+        deadline = time.monotonic() + 900
+        at: dict[str, float] = {}
+        while time.monotonic() < deadline:
+            time.sleep(10)
+            at = self_metric(backfilled.prom,
+                             "prometheus_rule_group_last_evaluation_timestamp_seconds")
+            # The probe reads the lasting group's figures: it must run after one.
+            if 0 < at.get("headroom.lasting", 0) < at.get("probe", 0):
+                break
+        return compare(backfilled.prom, at)
 
 
 def main() -> None:

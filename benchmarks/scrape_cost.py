@@ -39,7 +39,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from pathlib import Path
 
 from exporter.oom.members import RSS_REFRESH
 from tests.helpers.kernel import kube_tree
+from tests.helpers.net import free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 SETTLE = RSS_REFRESH + 1  # seconds after the warm-up before the idle figure
@@ -93,12 +93,6 @@ def rss(pid: int) -> tuple[int, int]:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
     )
     return int(status["VmRSS"].split()[0]) << 10, int(status["VmHWM"].split()[0]) << 10
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:

@@ -37,26 +37,22 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.postmortem.docdir import DocumentDir
 from exporter.web.app import make_app
 from exporter.web.security import Security
 from tests.conftest import fixture_pipeline, host_config
-from tests.helpers.hostile import FIXTURE_ARGS, basic, bcrypt_hash, serve
+from tests.helpers.hostile import (
+    FIXTURE_ARGS,
+    basic,
+    bcrypt_hash,
+    serve,
+    write_big_documents,
+)
+from tests.helpers.net import serve_app
 
 DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
-
-
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
 
 
 async def _timed(fn: Callable[[], Awaitable[int]]) -> tuple[int, float]:
@@ -65,23 +61,9 @@ async def _timed(fn: Callable[[], Awaitable[int]]) -> tuple[int, float]:
     return status, time.monotonic() - t
 
 
-def _document(i: int) -> dict[str, Any]:
-    scrapes = [{"time": 1.8e9 - 900 + t, "usage": t << 20, "limit": 1 << 30,
-                "processes": [{"process": f"proc-{p}", "count": 1, "rss_anon": p << 20,
-                               "rss_file": 0, "rss_shmem": 0} for p in range(20)]}
-               for t in range(0, 900, 5)]
-    return {"kind": "headroom.oom_kill/v1", "time": 1.8e9 + i, "namespace": "llm",
-            "pod": f"vllm-{i}", "container": "vllm",
-            "victim": {"process": "EngineCore", "pid": 42, "source": "kmsg"},
-            "usage": [[1.8e9 - 900 + t, t << 20] for t in range(900)], "scrapes": scrapes}
-
-
 async def oom_index(tmp: Path) -> dict[str, Any]:
     docs = tmp / "oom"
-    d = DocumentDir(docs)
-    for i in range(50):
-        d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
-                json.dumps(_document(i)).encode())
+    write_big_documents(docs)
     out: dict[str, Any] = {}
     with serve([*FIXTURE_ARGS, f"--flight-recorder.dir={docs}",
                 "--collector.timeout=1s"], tmp) as served:
@@ -192,7 +174,8 @@ async def web_config_worst(tmp: Path) -> dict[str, Any]:
     path.write_text(WORST_WEB["one long string"](n)[: n - 8])
     sec = Security(path)
     exporter = fixture_pipeline(host_config("v1-cgroupfs-containerd"))
-    runner, url = await _serve(make_app(exporter, sec))
+    runner, port = await serve_app(make_app(exporter, sec))
+    url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as s:
             if hasattr(sec, "request_reload"):

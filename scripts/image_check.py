@@ -450,6 +450,23 @@ def run_init_containers(pod: dict[str, Any], host: c2p.HostContext, name: str) -
     return Result("init containers", True, "; ".join(said) or "none")
 
 
+def start_pod(pod: dict[str, Any], host: c2p.HostContext, name: str, base: str,
+              timeout: float, what: str, say_running: bool = False) -> list[Result]:
+    """The pod's init containers, then the exporter's container until its /healthz at
+    ``base`` answers (``timeout`` seconds at most): their results, the last one (``what``)
+    ok once it answers. ``say_running``: a failure says whether the container still runs."""
+    inits = run_init_containers(pod, host, name)
+    if not inits.ok:
+        return [inits]
+    podman("run", *c2p.pod_to_podman(pod, host, name))
+    started = time.monotonic()
+    healthy = wait_healthy(name, base, timeout)
+    still = f" (running: {running(name)})" if say_running else ""
+    return [inits, Result(what, healthy,
+                          f"200 after {time.monotonic() - started:.1f} s" if healthy
+                          else f"no answer{still}; log: " + exporter_log(name))]
+
+
 def default_refusal_check(values: dict[str, Any], host: c2p.HostContext, name: str) -> Result:
     """cgroup v1 without recursive read-only (this host, podman 4.3): the chart's default
     (the whole cgroupfs) must not start the exporter, and must say what to set."""
@@ -538,21 +555,11 @@ def run_checks(args: argparse.Namespace) -> list[Result]:
         cgroupfs = next(a.split("=", 1)[1] for a in container["args"]
                         if a.startswith("--path.cgroupfs="))
         host = host_context(tmp, port)
-        argv = c2p.pod_to_podman(pod, host, name)
         base = f"http://127.0.0.1:{port}"
         try:
-            inits = run_init_containers(pod, host, name)
-            results.append(inits)
-            if not inits.ok:
-                return results
-            podman("run", *argv)
-            started = time.monotonic()
-            healthy = wait_healthy(name, base, 90)
-            results.append(Result("/healthz", healthy,
-                                  f"200 after {time.monotonic() - started:.1f} s" if healthy
-                                  else "no answer (running: " f"{running(name)}); log: "
-                                  + exporter_log(name)))
-            if not healthy:
+            up = start_pod(pod, host, name, base, 90, "/healthz", say_running=True)
+            results += up
+            if not up[-1].ok:
                 return results
             pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).strip())
             results += security_checks(pid, want_caps)
@@ -617,17 +624,9 @@ def run_emulated(args: argparse.Namespace) -> list[Result]:
         host = host_context(tmp, port)
         base = f"http://127.0.0.1:{port}"
         try:
-            inits = run_init_containers(pod, host, name)
-            results.append(inits)
-            if not inits.ok:
-                return results
-            podman("run", *c2p.pod_to_podman(pod, host, name))
-            started = time.monotonic()
-            healthy = wait_healthy(name, base, 240)
-            results.append(Result("/healthz (emulated)", healthy,
-                                  f"200 after {time.monotonic() - started:.1f} s" if healthy
-                                  else "no answer; log: " + exporter_log(name)))
-            if healthy:
+            up = start_pod(pod, host, name, base, 240, "/healthz (emulated)")
+            results += up
+            if up[-1].ok:
                 status, text = http(f"{base}/metrics", timeout=60)
                 results += collector_checks(parse(text) if status == 200 else [],
                                             exporter_log(name, lines=0))

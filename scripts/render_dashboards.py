@@ -120,8 +120,10 @@ def overrides_for(panel: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 # --- panels ------------------------------------------------------------------------------
-def panel_axes(fig: Figure, gp: dict[str, int]) -> tuple[Axes, tuple[float, float, float, float]]:
-    """An axes at the panel's grid position (a margin inside for the title)."""
+def panel_axes(fig: Figure, panel: dict[str, Any]
+               ) -> tuple[Axes, tuple[float, float, float, float]]:
+    """An axes at the panel's grid position, with its title (a margin inside for it)."""
+    gp = panel["gridPos"]
     x0 = gp["x"] / 24 * W_PX + 4
     w = gp["w"] / 24 * W_PX - 8
     top = HEADER_PX + gp["y"] * UNIT_PX
@@ -133,6 +135,8 @@ def panel_axes(fig: Figure, gp: dict[str, int]) -> tuple[Axes, tuple[float, floa
     frame.set_yticks([])
     for s in frame.spines.values():
         s.set_color(GRID)
+    frame.text(0.01, 0.97, panel["title"], transform=frame.transAxes, va="top", ha="left",
+               color=TEXT, fontsize=9, fontweight="bold")
     return frame, rect
 
 
@@ -151,15 +155,9 @@ def inner(fig: Figure, rect: tuple[float, float, float, float], *, right: float 
     return ax
 
 
-def title(frame: Axes, text: str) -> None:
-    frame.text(0.01, 0.97, text, transform=frame.transAxes, va="top", ha="left",
-               color=TEXT, fontsize=9, fontweight="bold")
-
-
 def draw_stat(fig: Figure, item: dict[str, Any]) -> None:
     p = item["panel"]
-    frame, _ = panel_axes(fig, p["gridPos"])
-    title(frame, p["title"])
+    frame, _ = panel_axes(fig, p)
     defaults = p["fieldConfig"]["defaults"]
     unit = defaults.get("unit", "none")
     first = item["targets"][0].get("at", [])
@@ -193,8 +191,7 @@ def _stack_order(p: dict[str, Any]) -> bool:
 def draw_timeseries(fig: Figure, item: dict[str, Any], run: dict[str, Any],
                     annotations: list[dict[str, Any]]) -> None:
     p = item["panel"]
-    frame, rect = panel_axes(fig, p["gridPos"])
-    title(frame, p["title"])
+    _, rect = panel_axes(fig, p)
     unit = p["fieldConfig"]["defaults"].get("unit", "none")
     lines: list[tuple[str, list[float], list[float], dict[str, Any]]] = []
     for t in item["targets"]:
@@ -288,8 +285,7 @@ def _runs(times: list[float]) -> list[tuple[float, float]]:
 
 def draw_table(fig: Figure, item: dict[str, Any]) -> None:
     p = item["panel"]
-    frame, _ = panel_axes(fig, p["gridPos"])
-    title(frame, p["title"])
+    frame, _ = panel_axes(fig, p)
     organize = next(t for t in p["transformations"] if t["id"] == "organize")["options"]
     columns = list(organize["renameByName"].values())
     units = {o["matcher"]["options"]: o["properties"][0]["value"]
@@ -315,8 +311,7 @@ def draw_table(fig: Figure, item: dict[str, Any]) -> None:
 
 def draw_bargauge(fig: Figure, item: dict[str, Any]) -> None:
     p = item["panel"]
-    frame, rect = panel_axes(fig, p["gridPos"])
-    title(frame, p["title"])
+    frame, rect = panel_axes(fig, p)
     defaults = p["fieldConfig"]["defaults"]
     unit = defaults.get("unit", "none")
     bars = [(legend(t["legend"], s["metric"]), float(s["value"][1]))

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ import pytest
 import yaml
 
 from alerts import alertmanager
+from tests.helpers.net import PostReceiver, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AM = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -29,33 +27,15 @@ AMTOOL = shutil.which("amtool")
 pytestmark = pytest.mark.prometheus
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Hook:
+class Hook(PostReceiver):
     """Records every notification: (receiver path, alerts)."""
 
     def __init__(self) -> None:
         self.got: list[tuple[str, list[dict[str, Any]]]] = []
-        outer = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.got.append((self.path, body["alerts"]))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def post(self, path: str, body: Any) -> None:
+        self.got.append((path, body["alerts"]))
 
     def names(self, path: str) -> list[tuple[str, str, str]]:
         return sorted((a["labels"]["alertname"], a["labels"].get("pod", ""),
@@ -89,7 +69,7 @@ def am(tmp_path: Path) -> Iterator[tuple[str, Hook]]:
         r["webhook_configs"] = [{"url": f"http://127.0.0.1:{hook.port}/{r['name']}",
                                  "send_resolved": False}]
     (tmp_path / "am.yml").write_text(yaml.safe_dump(cfg))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [AM, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],

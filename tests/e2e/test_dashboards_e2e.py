@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +36,9 @@ import pytest
 from alerts.generate import rules_yaml
 from dashboards import generate, layout, selectors
 from exporter.promql import CONFIG, HEADROOM
-from tests.helpers.kernel import KernelUnavailable, kube_tree, own_memory_cgroup
+from tests.helpers.kernel import end, kube_tree
 from tests.helpers.net import free_port, stop_all, wait_http
+from tests.helpers.stack import need_kernel_and, prometheus_yml, serve_on_tree, start_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
@@ -145,22 +145,12 @@ class Proc:
         self.p.stdin.flush()
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-        for f in (self.p.stdin, self.p.stdout):
-            if f is not None:
-                f.close()
+        end(self.p)
 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        own_memory_cgroup()
-    except KernelUnavailable as exc:
-        pytest.skip(str(exc))
-    if shutil.which("prometheus") is None:
-        pytest.skip("prometheus not installed (scripts/test.sh installs it)")
+    need_kernel_and("prometheus")
     procs: list[subprocess.Popen[bytes]] = []
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -169,32 +159,20 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             exporter_port, prom_port = free_port(), free_port()
             with (logs / "exporter.log").open("wb") as exporter_log:
                 exporter = subprocess.Popen(
-                    [sys.executable, "-m", "exporter.cli", "serve",
-                     f"--web.listen-address=127.0.0.1:{exporter_port}",
-                     f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
-                     "--cgroup.host-vllm=false",  # nothing from the host's /proc
-                     "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
-                     # No PSS: read once a minute per process, it is a minute stale
-                     # against the 10 s windows of this scaled run, and hidden memory
-                     # (unreclaimable - what processes account for) would saw-tooth.
-                     "--procfs.pss-max-rss=1",
-                     f"--flight-recorder.dir={tmp_path / 'oom'}", "--log.format=json"],
+                    serve_on_tree(
+                        tree, exporter_port, tmp_path / "oom",
+                        # No PSS: read once a minute per process, it is a minute stale
+                        # against the 10 s windows of this scaled run, and hidden memory
+                        # (unreclaimable - what processes account for) would saw-tooth.
+                        "--procfs.pss-max-rss=1", "--log.format=json"),
                     stderr=exporter_log,
                 )
             procs.append(exporter)
             (tmp_path / "rules.yaml").write_text(rules_yaml(SCALED))
-            (tmp_path / "prometheus.yml").write_text(
-                f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n"
-                f"rule_files: [{tmp_path / 'rules.yaml'}]\n"
-                "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
-                f"  - targets: ['127.0.0.1:{exporter_port}']\n")
+            config = prometheus_yml(f"127.0.0.1:{exporter_port}", interval_s=SCRAPE_S,
+                                    rules=tmp_path / "rules.yaml")
             with (logs / "prometheus.log").open("wb") as prom_log:
-                prom = subprocess.Popen(
-                    ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                     f"--web.listen-address=127.0.0.1:{prom_port}"],
-                    stdout=subprocess.DEVNULL, stderr=prom_log,
-                )
+                prom = start_prometheus(tmp_path, prom_port, config, stderr=prom_log)
             procs.append(prom)
             wait_http(f"http://127.0.0.1:{exporter_port}/healthz", exporter)
             wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
@@ -352,13 +330,7 @@ def test_pod_first_screen_shows_the_danger_before_the_kill(stack: dict[str, Any]
     # The container's cgroup goes (as at a restart): its raw series end, the rules still
     # hold its figures; the dashboard's figures (joined to the live raw series) drop it,
     # so no tile keeps showing an ended cgroup's headroom or countdown.
-    cgroup_dir = tree.hierarchy.dir(container)
-    for _ in range(50):
-        try:
-            cgroup_dir.rmdir()
-            break
-        except OSError:
-            time.sleep(0.1)
+    tree.remove(container)
     time.sleep(5)
     gone = time.time()
     cid = {r["metric"]["container"] for r in api(prom, "query", time=killed,

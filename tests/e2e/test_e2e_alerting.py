@@ -15,16 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +32,9 @@ import dashboards
 from alerts import alertmanager
 from alerts.generate import rules_yaml
 from exporter.promql import CONFIG
-from tests.helpers.kernel import Grower, KernelUnavailable, kube_tree, own_memory_cgroup
-from tests.helpers.net import free_port, stop_all, wait_http
+from tests.helpers.kernel import Grower, kube_tree
+from tests.helpers.net import PostReceiver, free_port, stop_all, wait_http
+from tests.helpers.stack import need_kernel_and, prometheus_yml, serve_on_tree, start_prometheus
 from tests.unit.test_dashboards import substitute_var
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
@@ -64,33 +62,22 @@ def query_range(prom: str, expr: str, start: float, end: float) -> dict[str, Any
     return body
 
 
-class Webhook:
+class Webhook(PostReceiver):
     """Alertmanager's webhook receivers: records (monotonic time, alert) pairs of firing
     notifications, and the resolved ones apart."""
 
     def __init__(self) -> None:
         self.received: list[tuple[float, dict[str, Any]]] = []
         self.resolved: list[tuple[float, dict[str, Any]]] = []
-        outer = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                now = time.monotonic()
-                for alert in body.get("alerts", []):
-                    if alert.get("status") == "firing":
-                        outer.received.append((now, alert))
-                    else:
-                        outer.resolved.append((now, alert))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def post(self, path: str, body: Any) -> None:
+        now = time.monotonic()
+        for alert in body.get("alerts", []):
+            if alert.get("status") == "firing":
+                self.received.append((now, alert))
+            else:
+                self.resolved.append((now, alert))
 
     def first(self, severity: str) -> tuple[float, dict[str, Any]] | None:
         hits = [(t, a) for t, a in self.received if a["labels"].get("severity") == severity
@@ -100,13 +87,7 @@ class Webhook:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        own_memory_cgroup()
-    except KernelUnavailable as exc:
-        pytest.skip(str(exc))
-    for binary in ("prometheus", "prometheus-alertmanager"):
-        if shutil.which(binary) is None:
-            pytest.skip(f"{binary} not installed (scripts/test.sh installs it)")
+    need_kernel_and("prometheus", "prometheus-alertmanager")
     procs: list[subprocess.Popen[bytes]] = []
     files: list[Any] = []
     webhook = Webhook()
@@ -121,13 +102,8 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             exporter_port, prom_port, am_port = free_port(), free_port(), free_port()
             logs = tmp_path / "logs"
             logs.mkdir()
-            exporter_args = [
-                sys.executable, "-m", "exporter.cli", "serve",
-                f"--web.listen-address=127.0.0.1:{exporter_port}",
-                f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
-                "--cgroup.host-vllm=false",  # nothing from the host's /proc
-                "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
-                f"--flight-recorder.dir={tmp_path / 'oom'}", "--log.format=json"]
+            exporter_args = serve_on_tree(tree, exporter_port, tmp_path / "oom",
+                                          "--log.format=json")
             exporter = subprocess.Popen(exporter_args, stderr=log_file("exporter.log"))
             procs.append(exporter)
             # The shipped routing and inhibition, with this test's receivers and timing.
@@ -145,19 +121,10 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
             )
             procs.append(am)
             (tmp_path / "rules.yaml").write_text(rules_yaml(RULES))
-            (tmp_path / "prometheus.yml").write_text(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                f"rule_files: [{tmp_path / 'rules.yaml'}]\n"
-                "alerting:\n  alertmanagers:\n  - static_configs:\n"
-                f"    - targets: ['127.0.0.1:{am_port}']\n"
-                "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
-                f"  - targets: ['127.0.0.1:{exporter_port}']\n")
-            prom = subprocess.Popen(
-                ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                stdout=subprocess.DEVNULL, stderr=log_file("prometheus.log"),
-            )
+            config = prometheus_yml(f"127.0.0.1:{exporter_port}", rules=tmp_path / "rules.yaml",
+                                    alertmanager=f"127.0.0.1:{am_port}")
+            prom = start_prometheus(tmp_path, prom_port, config,
+                                    stderr=log_file("prometheus.log"))
             procs.append(prom)
             wait_http(f"http://127.0.0.1:{exporter_port}/healthz", exporter)
             wait_http(f"http://127.0.0.1:{am_port}/-/ready", am)

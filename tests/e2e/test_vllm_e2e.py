@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -66,10 +65,10 @@ from exporter.collectors.vllm.kv_events import KvBlockTracker
 from exporter.collectors.vllm.locate import pod_ip_from_fib_trie
 from tests.e2e.test_e2e_alerting import query_range
 from tests.helpers.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
+from tests.helpers.stack import prometheus_yml, start_prometheus
+from tests.helpers.vllm_model import server_env
+from tests.helpers.vllm_server import MODEL, VllmServer, build_model, complete, log_tail, prompt
 from tests.unit.test_dashboards import substitute_var
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "helpers"))
-from vllm_model import WORDS, server_env
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
@@ -99,7 +98,6 @@ BLOCK = 128  # vLLM's block size on the CPU backend (tokens)
 GPU_BLOCKS = 32  # --num-gpu-blocks-override: small enough that distinct prompts evict
 MAX_MODEL_LEN = 512  # the tiny model has 512 positions: room for two full blocks + a tail
 POD_LIMIT = 8 << 30
-MODEL = "tiny-model"
 START_TIMEOUT = 240.0
 EVENT_TIMEOUT = 30.0  # KV events are async: how long a count may take to show
 GiB = 1 << 30
@@ -120,19 +118,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])
-
-
-def prompt(seed: int, n: int) -> str:
-    """``n`` tokens (one per word of the tiny model's tokenizer); a seed fixes the words."""
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 # --- the exposition ---------------------------------------------------------------------
@@ -162,19 +147,10 @@ class Scrape:
 
 
 @dataclass
-class VllmInCgroup:
-    model: Path
-    procs_file: Path  # cgroup.procs of the container cgroup
-    host: str  # the "pod IP"
-    port: int
-    kv_port: int
-    replay_port: int
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
+class VllmInCgroup(VllmServer):
+    """Its host is the "pod IP"."""
 
-    @property
-    def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    procs_file: Path = field(kw_only=True)  # cgroup.procs of the container cgroup
 
     def start(self) -> None:
         env = server_env(dict(os.environ))
@@ -194,18 +170,9 @@ class VllmInCgroup:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, preexec_fn=enter_container)
 
-    def healthy(self) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{log_tail(self.log)}")
+            pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{self.tail()}")
 
     def processes(self) -> dict[str, str]:
         """pid -> comm of what the container cgroup holds now (for failure messages)."""
@@ -320,15 +287,15 @@ class Setup:
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
     started = time.monotonic()
-    subprocess.run([VLLM_PYTHON, str(Path(__file__).parents[1] / "helpers" / "vllm_model.py"),
-                    str(tmp_path / "model")], check=True, capture_output=True)
+    build_model(VLLM_PYTHON, tmp_path / "model")
     pod_ip = pod_ip_from_fib_trie(Path("/proc/self/net/fib_trie").read_text())
     assert pod_ip is not None
     with kube_tree() as tree:
         uid, pod_rel = tree.pod("burstable", limit=POD_LIMIT)
         cid, ctr_rel = tree.container(pod_rel)
-        vllm = VllmInCgroup(tmp_path / "model", tree.hierarchy.dir(ctr_rel) / "cgroup.procs",
-                            pod_ip, free_port(), free_port(), free_port(), tmp_path / "vllm.log")
+        vllm = VllmInCgroup(tmp_path / "model", free_port(), free_port(), free_port(),
+                            tmp_path / "vllm.log", host=pod_ip,
+                            procs_file=tree.hierarchy.dir(ctr_rel) / "cgroup.procs")
         exporter = Exporter(tree, free_port(), tmp_path / "headroom.log")
         st = Setup(tree, uid, cid, vllm, exporter)
         st.report["model_build_s"] = round(time.monotonic() - started, 1)
@@ -337,15 +304,8 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
             exporter.start()
             if shutil.which("prometheus"):
                 port = free_port()
-                (tmp_path / "prometheus.yml").write_text(
-                    "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                    "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
-                    f"  - targets: ['127.0.0.1:{exporter.port}']\n")
-                prom = subprocess.Popen(
-                    ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                     f"--web.listen-address=127.0.0.1:{port}"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                prom = start_prometheus(tmp_path, port,
+                                        prometheus_yml(f"127.0.0.1:{exporter.port}"))
                 st.prometheus = f"http://127.0.0.1:{port}"
             yield st
         finally:
@@ -374,12 +334,6 @@ async def until(s: aiohttp.ClientSession, ex: Exporter, cond: Callable[[Scrape],
                 ("headroom_vllm_", "headroom_collector_success"))]
             pytest.fail(f"timed out after {timeout}s waiting for {what}; last vLLM series: "
                         f"{vllm_series}\n{log_tail(ex.log, 15)}")
-
-
-async def complete(s: aiohttp.ClientSession, base: str, text: str) -> None:
-    body = {"model": MODEL, "prompt": text, "max_tokens": 1, "temperature": 0}
-    async with s.post(f"{base}/v1/completions", json=body) as r:
-        assert r.status == 200, await r.text()
 
 
 async def vllm_metrics(s: aiohttp.ClientSession, base: str) -> Scrape:

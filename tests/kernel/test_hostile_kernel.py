@@ -20,15 +20,9 @@ import pytest
 
 from tests.conftest import parse_exposition
 from tests.helpers.hostile import SLOW, http_get, serve
-from tests.helpers.kernel import KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
+from tests.helpers.kernel import KubeTree
 
 pytestmark = pytest.mark.kernel
-
-try:
-    own_memory_cgroup()
-    SKIP = ""
-except KernelUnavailable as exc:
-    SKIP = str(exc)
 
 LABEL_MAX = 131  # 128 characters and the "..." marker
 ZOMBIE_LEADER = """
@@ -36,14 +30,6 @@ import threading, time, ctypes
 threading.Thread(target=lambda: time.sleep(600)).start()
 ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: the main thread alone; the leader is a zombie
 """
-
-
-@pytest.fixture
-def tree() -> Iterator[KubeTree]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with kube_tree() as t:
-        yield t
 
 
 class Procs:

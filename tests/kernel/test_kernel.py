@@ -19,7 +19,7 @@ import select
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,32 +38,11 @@ from exporter.host.paths import FdBudget
 from exporter.sampling import cadence
 from exporter.sampling.usage_events import UsageThresholds
 from tests.conftest import exposition, parse_exposition
-from tests.helpers.kernel import (
-    Grower,
-    KernelUnavailable,
-    KubeTree,
-    kube_tree,
-    oom_kills,
-    own_memory_cgroup,
-)
+from tests.helpers.kernel import Grower, KubeTree, oom_kills
 
 pytestmark = pytest.mark.kernel
 
 MiB = 1 << 20
-
-try:
-    own_memory_cgroup()
-    SKIP = ""
-except KernelUnavailable as exc:
-    SKIP = str(exc)
-
-
-@pytest.fixture
-def tree() -> Iterator[KubeTree]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with kube_tree() as t:
-        yield t
 
 
 def make_pipeline(tree: KubeTree, sampler_interval: float = 0.2,
@@ -114,14 +93,6 @@ class Scrape:
 
 async def scrape(p: Pipeline, pod_uid: str, cid: str) -> Scrape:
     return Scrape(parse_exposition(await exposition(p)), pod_uid, cid[:12])
-
-
-@pytest.fixture
-async def pipelines() -> AsyncIterator[list[Pipeline]]:
-    made: list[Pipeline] = []
-    yield made
-    for p in made:
-        await p.aclose()
 
 
 def near(actual: float, expected: float, rel: float = 0.05) -> bool:
@@ -195,21 +166,29 @@ async def wait_samples(p: Pipeline, n: int) -> None:
     raise AssertionError("sampler is not sampling")
 
 
-async def test_a_300ms_burst_between_two_scrapes_shows_in_the_peak(
-        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+async def around_a_burst(tree: KubeTree, pipelines: list[Pipeline], sampler_interval: float,
+                         samples: int, burst: str) -> tuple[Scrape, Scrape]:
+    """Scrapes of a fresh container before and after a grower's ``burst`` command, with
+    ``samples`` sampler passes between each scrape and the burst."""
     uid, pod = tree.pod(limit=1024 * MiB)
     cid, container = tree.container(pod)
-    p = make_pipeline(tree, sampler_interval=0.2)
+    p = make_pipeline(tree, sampler_interval=sampler_interval)
     pipelines.append(p)
     g = Grower(tree.hierarchy, container)
     try:
         s0 = await scrape(p, uid, cid)
-        await wait_samples(p, 2)
-        g.send("burst 200 300")  # returns once the memory is freed again
-        await wait_samples(p, 2)
+        await wait_samples(p, samples)
+        g.send(burst)  # returns once the memory is freed again
+        await wait_samples(p, samples)
         s1 = await scrape(p, uid, cid)
     finally:
         g.close()
+    return s0, s1
+
+
+async def test_a_300ms_burst_between_two_scrapes_shows_in_the_peak(
+        tree: KubeTree, pipelines: list[Pipeline]) -> None:
+    s0, s1 = await around_a_burst(tree, pipelines, 0.2, 2, "burst 200 300")
     base = s0.get("headroom_memory_usage_bytes")
     assert s1.get("headroom_memory_usage_bytes") < base + 20 * MiB  # gone by the scrape
     assert s1.get("headroom_memory_peak_bytes") >= base + 190 * MiB  # but not missed
@@ -219,19 +198,7 @@ async def test_a_300ms_burst_between_two_scrapes_shows_in_the_peak(
 async def test_a_burst_shorter_than_the_sampling_interval_is_caught(
         tree: KubeTree, pipelines: list[Pipeline]) -> None:
     """50 ms at a 1 s interval: the kernel's lifetime peak rose, so the window has it."""
-    uid, pod = tree.pod(limit=1024 * MiB)
-    cid, container = tree.container(pod)
-    p = make_pipeline(tree, sampler_interval=1.0)
-    pipelines.append(p)
-    g = Grower(tree.hierarchy, container)
-    try:
-        s0 = await scrape(p, uid, cid)
-        await wait_samples(p, 1)
-        g.send("burst 150 50")
-        await wait_samples(p, 1)
-        s1 = await scrape(p, uid, cid)
-    finally:
-        g.close()
+    s0, s1 = await around_a_burst(tree, pipelines, 1.0, 1, "burst 150 50")
     base = s0.get("headroom_memory_usage_bytes")
     assert s1.get("headroom_memory_peak_bytes") >= base + 140 * MiB
 

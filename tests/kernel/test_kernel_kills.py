@@ -25,21 +25,13 @@ import pytest
 
 from exporter.assembly.factory import Exporter as Pipeline
 from exporter.oom.watcher import GUESS_WAIT, VICTIM_GRACE
-from tests.helpers.kernel import Grower, KubeTree, cpu_stress, kube_tree, oom_kills
-from tests.kernel.test_kernel import SKIP, Scrape, make_pipeline, scrape, wait_samples
+from tests.helpers.kernel import Grower, KubeTree, cpu_stress, oom_kills
+from tests.kernel.test_kernel import Scrape, make_pipeline, scrape, wait_samples
 
 pytestmark = pytest.mark.kernel
 
 MiB = 1 << 20
 NAME = os.path.basename(sys.executable)  # the grower's process name
-
-
-@pytest.fixture
-def tree() -> Iterator[KubeTree]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with kube_tree() as t:
-        yield t
 
 
 @pytest.fixture
@@ -98,6 +90,18 @@ def documents(tmp_path: Path) -> list[dict[str, object]]:
     return [json.loads(f.read_text()) for f in sorted((tmp_path / "oom").glob("*.json"))]
 
 
+def only_document(tmp_path: Path) -> dict[str, object]:
+    """The one flight-recorder document written (fails on none or several)."""
+    docs = documents(tmp_path)
+    assert len(docs) == 1
+    return docs[0]
+
+
+def victim(g: Grower, source: str = "kmsg") -> dict[str, object]:
+    """The grower as a document names the victim."""
+    return {"process": NAME, "pid": g.proc.pid, "source": source}
+
+
 def one_kill(uid: str) -> dict[str, float]:
     return {f'headroom_oom_kills_total{{namespace="",pod="{uid}",container="",'
             f'process="{NAME}"}}': 1}
@@ -125,9 +129,7 @@ async def test_restart_does_not_recount_past_kills(
     g = kill_in(tree, container2)
     s = await counted(p, uid, cid2)
     assert kills_of(s) == one_kill(uid)
-    docs = documents(tmp_path)
-    assert len(docs) == 1
-    assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "kmsg"}
+    assert only_document(tmp_path)["victim"] == victim(g)
 
 
 async def test_a_kill_before_the_first_scrape_names_the_victim(
@@ -141,9 +143,7 @@ async def test_a_kill_before_the_first_scrape_names_the_victim(
     await settled(p)  # longer than the watcher waits for the kernel log to name it
     s = await counted(p, uid, cid)
     assert kills_of(s) == one_kill(uid)
-    docs = documents(tmp_path)
-    assert len(docs) == 1
-    assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "kmsg"}
+    assert only_document(tmp_path)["victim"] == victim(g)
 
 
 async def test_a_process_name_cannot_spoof_the_victim_pid(
@@ -165,12 +165,11 @@ async def test_a_process_name_cannot_spoof_the_victim_pid(
         neighbour.close()
     assert len(kills_of(s)) == 1 and sum(kills_of(s).values()) == 1
     assert not any(kills_of(n).values())  # the neighbour was not killed
-    docs = documents(tmp_path)
-    assert len(docs) == 1
-    victim = docs[0]["victim"]
-    assert isinstance(victim, dict) and victim["pid"] == g.proc.pid
-    assert victim["source"] == "kmsg"
-    assert docs[0]["pod"] == uid
+    doc = only_document(tmp_path)
+    named = doc["victim"]
+    assert isinstance(named, dict) and named["pid"] == g.proc.pid
+    assert named["source"] == "kmsg"
+    assert doc["pod"] == uid
 
 
 async def test_a_group_kill_of_two_processes_is_one_kill(
@@ -194,9 +193,7 @@ async def test_a_group_kill_of_two_processes_is_one_kill(
         # twice (seen on 6.1: 3 for 2 processes): only oom_group_kill counts kills.
         assert oom_kills(tree.hierarchy, container) >= 2
         assert s.get("headroom_memory_events_total", event="oom_group_kill") == 1
-    docs = documents(tmp_path)
-    assert len(docs) == 1 and docs[0]["victim"] == {
-        "process": NAME, "pid": g.proc.pid, "source": "kmsg"}
+    assert only_document(tmp_path)["victim"] == victim(g)
 
 
 async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_and_recorded(
@@ -222,10 +219,8 @@ async def test_a_container_oom_killed_3s_after_it_appears_is_counted_once_named_
     assert kills_of(s) == one_kill(uid)
     # ... and the pod-level count agrees (v2: the pod's memory.events; v1: its containers')
     assert s.get("headroom_memory_events_total", container=False, event="oom_kill") == 1
-    docs = documents(tmp_path)
-    assert len(docs) == 1
-    doc = docs[0]
-    assert doc["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "kmsg"}
+    doc = only_document(tmp_path)
+    assert doc["victim"] == victim(g)
     assert doc["pod"] == uid and doc["container"] == cid[:12]
     usage = doc["usage"]
     assert isinstance(usage, list)
@@ -276,6 +271,4 @@ async def test_without_the_kernel_log_a_kill_on_busy_cores_is_named(
     s = await counted(p, uid, cid)
     assert busy_cores.poll() is None, "the cores were busy the whole time"
     assert kills_of(s) == one_kill(uid)
-    docs = documents(tmp_path)
-    assert len(docs) == 1
-    assert docs[0]["victim"] == {"process": NAME, "pid": g.proc.pid, "source": "guess"}
+    assert only_document(tmp_path)["victim"] == victim(g, "guess")

@@ -10,7 +10,6 @@ growing kind and process, cause and vLLM setting are checked.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 
 from tests.e2e.test_e2e_alerting import free_port, wait_http
 from tests.helpers import explain_scenarios as es
+from tests.helpers.stack import need_binaries
 
 pytestmark = pytest.mark.prometheus
 
@@ -30,9 +30,7 @@ SCENARIOS = {sc.name: sc for sc in (f() for f in es.ALL)}
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    for binary in ("prometheus", "promtool"):
-        if shutil.which(binary) is None:
-            pytest.skip(f"{binary} not installed (scripts/test.sh installs it)")
+    need_binaries("prometheus", "promtool")
     tmp = tmp_path_factory.mktemp("explain-prom")
     # The last sample a few seconds ago: inside the 5-minute lookback of an instant query.
     end = float(int(time.time()) - 5)

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -28,8 +27,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_e2e_alerting import free_port, query, wait_http
-from tests.helpers.kernel import Grower, KernelUnavailable, KubeTree, kube_tree, own_memory_cgroup
+from tests.e2e.test_e2e_alerting import query
+from tests.helpers.kernel import Grower, KubeTree, kube_tree
+from tests.helpers.net import free_port, stop_all, wait_http
+from tests.helpers.stack import need_kernel_and, prometheus_yml, serve_on_tree, start_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kernel]
 
@@ -74,12 +75,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    try:
-        own_memory_cgroup()
-    except KernelUnavailable as exc:
-        pytest.skip(str(exc))
-    if shutil.which("prometheus") is None:
-        pytest.skip("prometheus not installed (scripts/test.sh installs it)")
+    need_kernel_and("prometheus")
     tmp = tmp_path_factory.mktemp("oncall")
     procs: list[subprocess.Popen[bytes]] = []
     logs = [(tmp / n).open("wb") for n in ("exporter.log", "prometheus.log")]
@@ -88,23 +84,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         try:
             ep, pp = free_port(), free_port()
             exporter = subprocess.Popen(
-                [sys.executable, "-m", "exporter.cli", "serve",
-                 f"--web.listen-address=127.0.0.1:{ep}",
-                 f"--cgroup.kubepods-path={tree.kubepods}", "--no-collector.kubernetes",
-                 "--cgroup.host-vllm=false",  # nothing from the host's /proc
-                 "--no-collector.nvml", "--no-collector.vllm", "--sampler.window=1s",
-                 f"--flight-recorder.dir={tmp / 'oom'}", "--flight-recorder.window=2m"],
+                serve_on_tree(tree, ep, tmp / "oom", "--flight-recorder.window=2m"),
                 stderr=logs[0])
             procs.append(exporter)
-            (tmp / "prometheus.yml").write_text(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n- job_name: headroom\n  static_configs:\n"
-                f"  - targets: ['127.0.0.1:{ep}']\n")
-            prom = subprocess.Popen(
-                ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={tmp / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{pp}"],
-                stdout=subprocess.DEVNULL, stderr=logs[1])
+            prom = start_prometheus(tmp, pp, prometheus_yml(f"127.0.0.1:{ep}"), stderr=logs[1])
             procs.append(prom)
             wait_http(f"http://127.0.0.1:{ep}/healthz", exporter)
             wait_http(f"http://127.0.0.1:{pp}/-/ready", prom)
@@ -118,13 +101,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         finally:
             for g in growers:
                 g.close()
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
             for f in logs:
                 f.close()
 

@@ -42,6 +42,7 @@ from exporter.oncall import top
 from exporter.postmortem.page import render_document
 from exporter.promql import LIMIT, TOP_GROWER
 from tests.helpers.net import free_port, wait_http
+from tests.helpers.stack import need_binaries
 
 pytestmark = pytest.mark.prometheus
 
@@ -295,9 +296,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    for binary in ("prometheus", "promtool"):
-        if shutil.which(binary) is None:
-            pytest.skip(f"{binary} not installed (scripts/test.sh installs it)")
+    need_binaries("prometheus", "promtool")
     tmp = tmp_path_factory.mktemp("one-answer")
     end = float(int(time.time()) // 60 * 60 - 120)  # whole minutes, inside the lookback
     raw: Series = {}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -43,6 +42,7 @@ from dashboards import generate
 from dashboards.names import RECORDING_RULES
 from exporter import catalog
 from exporter.artifacts.generate import TABLE
+from tests.helpers.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -374,13 +374,6 @@ def test_runbooks_name_existing_dashboards(models: dict[str, dict[str, Any]]) ->
 
 
 # --- real Prometheus ------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("prometheus")
@@ -389,7 +382,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("prometheus")
     config = tmp / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",

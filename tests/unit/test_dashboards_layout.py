@@ -14,6 +14,7 @@ import pytest
 
 from dashboards import generate, layout, selectors, style
 from dashboards.names import ALERT_NAMES, CONFIG
+from tests.unit.test_dashboards import all_panels
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST = layout.FIRST_SCREEN_UNITS
@@ -22,14 +23,6 @@ FIRST = layout.FIRST_SCREEN_UNITS
 @pytest.fixture(scope="module")
 def models() -> dict[str, dict[str, Any]]:
     return generate.dashboards()
-
-
-def all_panels(d: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for p in d["panels"]:
-        out.append(p)
-        out.extend(p.get("panels", []))
-    return out
 
 
 def first_screen(d: dict[str, Any]) -> list[dict[str, Any]]:

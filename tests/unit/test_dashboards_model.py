@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from dashboards import generate, upgrade
+from tests.unit.test_dashboards import all_panels
 
 pytest.importorskip("grafana_foundation_sdk", reason="pip install -e .[test]")
 
@@ -158,7 +159,7 @@ def test_no_legacy_keys(models: dict[str, dict[str, Any]]) -> None:
               "span": "Grafana 4 row layout", "height": "Grafana 4 row layout",
               "rows": "Grafana 4 rows", "definition": "variables: the query says it"}
     for name, d in models.items():
-        for p in _all_panels(d):
+        for p in all_panels(d):
             custom = p.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
             assert "displayMode" not in custom, (name, p["title"], legacy["displayMode"])
             assert "fieldOptions" not in p.get("options", {}), (name, p["title"])
@@ -170,14 +171,6 @@ def test_no_legacy_keys(models: dict[str, dict[str, Any]]) -> None:
 
 def test_legends_are_shown(models: dict[str, dict[str, Any]]) -> None:
     for name, d in models.items():
-        for p in _all_panels(d):
+        for p in all_panels(d):
             if p["type"] == "timeseries":
                 assert p["options"]["legend"]["showLegend"] is True, (name, p["title"])
-
-
-def _all_panels(d: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for p in d["panels"]:
-        out.append(p)
-        out.extend(p.get("panels", []))
-    return out

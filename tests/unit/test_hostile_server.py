@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import re
-import resource
 import shutil
 import socket
 import time
@@ -17,7 +16,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from exporter.assembly.config import ScrapeSettings
 from exporter.host.logs import JsonFormatter, LogfmtFormatter, RateLimit, escape_control
@@ -25,15 +23,10 @@ from exporter.web import app as web_app
 from exporter.web.app import make_app
 from exporter.web.connections import ConnectionGuard
 from tests.conftest import fixture_pipeline, host_config
-from tests.helpers.hostile import FIXTURE_ARGS, http_get, serve
+from tests.helpers.hostile import FIXTURE_ARGS, http_get, idle_connections, raise_nofile, serve
+from tests.helpers.net import serve_app
 
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
-
-
-def _raise_nofile(n: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < n:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
 
 
 def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
@@ -43,29 +36,19 @@ def test_idle_connections_do_not_block_metrics(tmp_path: Path) -> None:
     fd-exhaustion)."""
     if shutil.which("prlimit") is None:
         pytest.skip("needs prlimit (util-linux)")
-    _raise_nofile(4096)
+    raise_nofile(4096)
     with serve([*FIXTURE_ARGS, "--web.header-timeout=2s"], tmp_path,
-               prefix=["prlimit", "--nofile=1024:1024"]) as s:
-        idle = []
-        try:
-            for _ in range(1000):
-                try:
-                    idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
-                except OSError:
-                    break  # refused or reset: also fine, the exporter is defending itself
-            # Answered at all (it had no descriptors left): generous deadlines, no timing.
-            status, _, body = http_get(s.url + "/metrics", timeout=60)
-            assert status == 200 and WORKLOAD_SERIES in body
-            assert http_get(s.url + "/healthz", timeout=60)[0] == 200
-            # The silent ones are closed by the 2 s header timeout (well before the 90 s
-            # idle timeout, the deadline here): the fds come back.
-            deadline = time.monotonic() + 60
-            while (open_now := _still_open(idle)) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert open_now == 0
-        finally:
-            for sock in idle:
-                sock.close()
+               prefix=["prlimit", "--nofile=1024:1024"]) as s, idle_connections(s.port) as idle:
+        # Answered at all (it had no descriptors left): generous deadlines, no timing.
+        status, _, body = http_get(s.url + "/metrics", timeout=60)
+        assert status == 200 and WORKLOAD_SERIES in body
+        assert http_get(s.url + "/healthz", timeout=60)[0] == 200
+        # The silent ones are closed by the 2 s header timeout (well before the 90 s
+        # idle timeout, the deadline here): the fds come back.
+        deadline = time.monotonic() + 60
+        while (open_now := _still_open(idle)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert open_now == 0
 
 
 def _still_open(socks: list[socket.socket]) -> int:
@@ -172,11 +155,8 @@ async def test_scrape_during_a_burst_keeps_workload_series(
     monkeypatch.setattr(web_app, "render", slow_render)
     cfg = host_config("v1-cgroupfs-containerd").with_settings(ScrapeSettings(collector_timeout=3.0))
     pipeline = fixture_pipeline(cfg)
-    runner = web.AppRunner(make_app(pipeline))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"  # type: ignore[union-attr]
+    runner, port = await serve_app(make_app(pipeline))
+    url = f"http://127.0.0.1:{port}/metrics"
     try:
         async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0),

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from exporter.assembly.config import RecorderSettings, ScrapeSettings
 from exporter.assembly.factory import Exporter
@@ -39,7 +38,9 @@ from tests.helpers.hostile import (
     http_get,
     serve,
     wait_port,
+    write_big_documents,
 )
+from tests.helpers.net import serve_app
 
 MiB = 1 << 20
 WORKLOAD_SERIES = b"headroom_memory_usage_bytes{"
@@ -50,28 +51,12 @@ DISCOVERY_OK = b'headroom_collector_success{collector="discovery"} 1'
 async def app_server(exporter: Exporter, security: Security | None = None
                      ) -> AsyncIterator[str]:
     """The real application on a loopback port; yields its base URL."""
-    runner = web.AppRunner(make_app(exporter, security))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_app(make_app(exporter, security))
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
         await exporter.aclose()
-
-
-def big_document(i: int) -> dict[str, object]:
-    """A flight-recorder document with a 15-minute history: about 400 kB of JSON."""
-    scrapes = [{"time": 1.8e9 - 900 + t, "usage": t << 20, "limit": 1 << 30,
-                "processes": [{"process": f"proc-{p}", "count": 1, "rss_anon": p << 20,
-                               "rss_file": 0, "rss_shmem": 0} for p in range(20)]}
-               for t in range(0, 900, 5)]
-    return {"kind": "headroom.oom_kill/v1", "time": 1.8e9 + i, "namespace": "llm",
-            "pod": f"vllm-{i}", "container": "vllm",
-            "victim": {"process": "EngineCore", "pid": 42, "source": "kmsg"},
-            "usage": [[1.8e9 - 900 + t, t << 20] for t in range(900)], "scrapes": scrapes}
 
 
 async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
@@ -82,10 +67,7 @@ async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
     more, and scrapes during it keep discovery and the workload series (docs/threats.md:
     index-burst)."""
     docs = tmp_path / "oom"
-    d = DocumentDir(docs)
-    for i in range(50):
-        d.write(f"20270115T08{i // 60:02d}{i % 60:02d}Z-llm-vllm-{i}-vllm-000.json",
-                json.dumps(big_document(i)).encode())
+    write_big_documents(docs)
     reads: list[str] = []
     real_get = DocumentStore.get
 

@@ -12,7 +12,6 @@ import base64
 import copy
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from exporter.collectors.kube.parse import (
 from exporter.collectors.kube.pods import KubernetesSettings, in_cluster, watcher_for
 from exporter.collectors.kube.watch import KubePodWatcher
 from exporter.model import ContainerInfo, PodInfo
+from tests.helpers.net import free_port
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "kube"
 NODE = "ip-10-42-7-19.us-west-2.compute.internal"
@@ -416,13 +416,6 @@ async def start_server(fake: FakeApiServer, port: int | None = None) -> TestServ
     server = TestServer(fake.app(), host="127.0.0.1", port=port)
     await server.start_server()
     return server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -467,6 +467,21 @@ async def running(sub: KvEventSubscriber) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
+async def counting(hub: KvEventsHub, key: str, vllm: FakeVllm) -> tuple[Any, int]:
+    """``hub`` follows ``vllm`` under ``key``; a block is stored per batch until the hub
+    counts one. Returns the follower and the next sequence number."""
+    hub.ensure(key, [vllm.endpoint()])
+    (f,) = hub._subs[key].values()
+    await until(lambda: f.subscriber.connected)
+    seq = 0
+    while not hub.state(key).prefix_blocks:
+        await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
+        seq += 1
+        await asyncio.sleep(0.05)
+        assert seq < 50
+    return f, seq
+
+
 async def test_subscriber_history_live_gap_and_garbage(ctx: zmq.asyncio.Context) -> None:
     vllm = FakeVllm(ctx)
     try:
@@ -596,16 +611,8 @@ async def test_a_killed_connection_is_counted_and_refilled(ctx: zmq.asyncio.Cont
     hub = KvEventsHub(replay_timeout=0.5)
     key = "http://pod-a:8000/metrics"
     try:
-        hub.ensure(key, [vllm.endpoint()])
-        (f,) = hub._subs[key].values()
+        f, seq = await counting(hub, key, vllm)
         sub = f.subscriber
-        await until(lambda: sub.connected)
-        seq = 0
-        while not hub.state(key).prefix_blocks:
-            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
-            seq += 1
-            await asyncio.sleep(0.05)
-            assert seq < 50
         await until(lambda: sub.tracker.last_seq == seq - 1)
         kill_connections(vllm.pub_port)
         await until(lambda: sub.tracker.stats.disconnects == 1)
@@ -630,14 +637,7 @@ async def test_not_connected_hides_the_count(ctx: zmq.asyncio.Context) -> None:
     hub = KvEventsHub(replay_timeout=0.3, connect_grace=0.0)
     key = "k"
     try:
-        hub.ensure(key, [vllm.endpoint()])
-        (f,) = hub._subs[key].values()
-        await until(lambda: f.subscriber.connected)
-        seq = 0
-        while not hub.state(key).prefix_blocks:
-            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
-            seq += 1
-            await asyncio.sleep(0.05)
+        f, _ = await counting(hub, key, vllm)
         vllm.close()  # the publisher goes away (vLLM killed)
         await until(lambda: not f.subscriber.connected)
         state = hub.state(key)
@@ -653,14 +653,7 @@ async def test_a_crashed_subscriber_is_restarted_with_its_tracker(
     hub = KvEventsHub(replay_timeout=0.3)
     key = "k"
     try:
-        hub.ensure(key, [vllm.endpoint()])
-        (f,) = hub._subs[key].values()
-        await until(lambda: f.subscriber.connected)
-        seq = 0
-        while not hub.state(key).prefix_blocks:
-            await vllm.publish(seq, batch(stored(H[seq:seq + 1])))
-            seq += 1
-            await asyncio.sleep(0.05)
+        f, seq = await counting(hub, key, vllm)
         tracker = f.subscriber.tracker
         f.task.cancel()  # stands for any crash of the task
         with contextlib.suppress(asyncio.CancelledError):

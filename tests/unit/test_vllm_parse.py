@@ -45,6 +45,7 @@ from exporter.collectors.vllm.reading import (
     fetch_text,
     redact_url,
 )
+from tests.helpers.net import serve_app
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
 GOLDEN = Path(__file__).parents[1] / "golden" / "vllm"
@@ -288,11 +289,7 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/trickle", trickle)
     app.router.add_get("/huge", huge)
     app.router.add_get("/kv_event_sources", sources)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_app(app)
     yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
 

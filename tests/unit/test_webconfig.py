@@ -26,7 +26,9 @@ from tests.helpers.hostile import (
     client_context,
     free_port,
     http_get,
+    idle_connections,
     make_pki,
+    raise_nofile,
     reissue_server,
     serve,
     wait_port,
@@ -313,30 +315,17 @@ def test_idle_connections_before_the_tls_handshake_are_capped(pki, tmp_path: Pat
     """asyncio's TLS server creates the protocol only after the handshake: 1,000
     connections that never send a ClientHello held 1,000 descriptors outside the cap
     (1,007 of 1,024 used). Now TLS starts after admission, so the cap covers them."""
-    import resource
-
     if shutil.which("prlimit") is None:
         pytest.skip("needs prlimit")
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    raise_nofile(4096)
     web = tmp_path / "web.yml"
     web.write_text(f"tls_server_config: {{cert_file: {pki.server_cert}, "
                    f"key_file: {pki.server_key}}}\n")
     ctx = client_context(pki)
     with serve([f"--web.config.file={web}", *FIXTURE_ARGS], tmp_path, scheme="https",
-               prefix=["prlimit", "--nofile=1024:1024"]) as s:
-        idle = []
-        try:
-            for _ in range(1000):
-                try:
-                    idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
-                except OSError:
-                    break
-            time.sleep(0.5)
-            assert http_get(s.url + "/metrics", context=ctx)[0] == 200
-            assert http_get(s.url + "/healthz", context=ctx)[0] == 200
-            fds = len(list(Path(f"/proc/{s.proc.pid}/fd").iterdir()))
-            assert fds < 512, fds
-        finally:
-            for sock in idle:
-                sock.close()
+               prefix=["prlimit", "--nofile=1024:1024"]) as s, idle_connections(s.port):
+        time.sleep(0.5)
+        assert http_get(s.url + "/metrics", context=ctx)[0] == 200
+        assert http_get(s.url + "/healthz", context=ctx)[0] == 200
+        fds = len(list(Path(f"/proc/{s.proc.pid}/fd").iterdir()))
+        assert fds < 512, fds

@@ -11,13 +11,14 @@ restarted. No kubernetes client library: one LIST and one WATCH over aiohttp are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import random
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -228,6 +229,21 @@ class KubePodWatcher:
     def _selector(self) -> dict[str, str]:
         return {"fieldSelector": f"spec.nodeName={self._node}"}
 
+    @contextlib.asynccontextmanager
+    async def _get(
+        self, session: aiohttp.ClientSession, stage: str, params: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A GET of the pods collection answered 200; 410 raises _Gone, others an error."""
+        async with session.get(
+            self._pods_url, params=params, headers=self._headers(), timeout=timeout
+        ) as resp:
+            if resp.status == 410:
+                raise _Gone(await _status_message(resp))
+            if resp.status != 200:
+                raise await self._http_error(stage, resp)
+            yield resp
+
     async def _http_error(self, stage: str, resp: aiohttp.ClientResponse) -> KubeApiError:
         msg = f"{stage} pods: HTTP {resp.status} {resp.reason or ''}".rstrip()
         detail = await _status_message(resp)
@@ -254,13 +270,7 @@ class KubePodWatcher:
                 # From the apiserver's watch cache (indexed by node): cheap for etcd when
                 # a whole DaemonSet lists at once. The cache may ignore limit; that's fine.
                 params["resourceVersion"] = "0"
-            async with session.get(
-                self._pods_url, params=params, headers=self._headers(), timeout=timeout
-            ) as resp:
-                if resp.status == 410:
-                    raise _Gone(await _status_message(resp))
-                if resp.status != 200:
-                    raise await self._http_error("LIST", resp)
+            async with self._get(session, "LIST", params, timeout) as resp:
                 body = await resp.read()
             try:
                 doc = json.loads(body)
@@ -311,13 +321,7 @@ class KubePodWatcher:
         )
         started = time.monotonic()
         events = 0
-        async with session.get(
-            self._pods_url, params=params, headers=self._headers(), timeout=timeout
-        ) as resp:
-            if resp.status == 410:
-                raise _Gone(await _status_message(resp))
-            if resp.status != 200:
-                raise await self._http_error("WATCH", resp)
+        async with self._get(session, "WATCH", params, timeout) as resp:
             self._ok()
             splitter = LineSplitter(self._max_line)
             async for chunk in resp.content.iter_any():
