@@ -30,6 +30,3 @@ PSS_KINDS
 MEMORY_EVENTS
 PRESSURE_LEVELS
 KV_MEDIA
-
-# alerts/scenarios/series.py: a helper of the scenario model with no caller today.
-at_limit

@@ -65,10 +65,6 @@ def with_page_cache(cg: Cgroup, wanted: float, active_ws: float, slack: float = 
                   cg.events_max, cg.oom_kills)
 
 
-def at_limit(cg: Cgroup, slack: float = 256 * MiB) -> bool:
-    return cg.usage >= cg.limit - slack - 1
-
-
 @dataclass(frozen=True)
 class Scenario:
     name: str
