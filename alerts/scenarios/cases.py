@@ -596,9 +596,9 @@ def from_scenario(s: object) -> Case:
 
 
 def first_wave() -> list[Case]:
-    from . import series as sc
+    from . import first_wave as fw
 
-    return [from_scenario(s) for s in sc.all_scenarios()]
+    return [from_scenario(s) for s in fw.all_scenarios()]
 
 
 # --- a recorded real run ------------------------------------------------------------------------

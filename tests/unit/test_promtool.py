@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from alerts import generate, rules
-from alerts.scenarios import series as scenarios
+from alerts.scenarios import first_wave
+from alerts.scenarios.series import render
 from exporter import catalog, promql
 from exporter.promql import CONFIG as DEFAULT
 from exporter.promql import DAY, HOUR, Config
@@ -163,10 +164,10 @@ def test_config_validation_and_durations() -> None:
 
 
 def test_scenarios_kill_when_unreclaimable_reaches_the_limit() -> None:
-    for s in scenarios.all_scenarios():
+    for s in first_wave.all_scenarios():
         if s.kill_s is None:
             continue
-        series = scenarios.render(s)
+        series = render(s)
         key = next(k for k in series if k.startswith(catalog.MEMORY_UNRECLAIMABLE_BYTES.name)
                    and f'container="{s.kill_container}"' in k)
         limit = next(v for k, v in series.items()
@@ -178,7 +179,7 @@ def test_scenarios_kill_when_unreclaimable_reaches_the_limit() -> None:
 
 
 def test_night_shm_working_set_stays_flat_while_unreclaimable_grows() -> None:
-    s = scenarios.night_shm()
+    s = first_wave.night_shm()
     two_days = [s.containers["vllm"](t) for t in range(0, 2 * DAY, HOUR)]
     ws = [cg.working_set for cg in two_days if cg is not None]
     unrecl = [cg.unreclaimable for cg in two_days if cg is not None]
@@ -187,7 +188,7 @@ def test_night_shm_working_set_stays_flat_while_unreclaimable_grows() -> None:
 
 
 def test_spike_reaches_96_percent_for_two_minutes() -> None:
-    s = scenarios.brief_spike()
+    s = first_wave.brief_spike()
     ratios = [cg.unreclaimable / cg.limit for t in s.times
               if (cg := s.containers["vllm"](t)) is not None]
     assert sum(r >= 0.96 - 1e-9 for r in ratios) == 2  # two 1-minute samples
