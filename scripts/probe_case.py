@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from alerts import yamlout
 from alerts.generate import rules_yaml
 from alerts.scenarios import cases, evaluate, generator
-from alerts.scenarios.cases import Case
+from alerts.scenarios.recording import Case
 
 _TIME = re.compile(r'time:\s*(\S+)')
 

@@ -21,8 +21,8 @@ from typing import Any
 from alerts import yamlout
 from exporter.promql import duration
 
-from .cases import Key, Value
 from .evaluate import _GOT, _LABEL, KEY_LABELS, Stat, compress, notified, rule_groups
+from .recording import Key, Value
 
 _OWNED = re.compile(r'\b(pod|instance)="([^"]*)"')
 SEP = "~"

@@ -5,184 +5,38 @@ stay silent), made harder than a clean recording of it: 30 s scrapes, seeded noi
 diurnal load, scrape gaps with Prometheus' staleness markers, exporter pods replaced (a
 new ``instance``), container restarts, counters that reset or are re-reported.
 
-Series are built per exporter timeline: at each sample the exporter is scraped by one
-``instance`` (or none), and a failed scrape writes ``up == 0`` and a staleness marker on
-every series it had, exactly what Prometheus does. ``evaluate`` replays a case through a
-rules file with promtool and counts notifications.
+The cases here are written by hand (``recording`` writes their series, ``shapes`` draws
+their memory); ``evaluate`` replays a case through a rules file with promtool and counts
+notifications.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import math
-import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 
 from exporter import catalog as c
 from exporter.promql import DAY, HOUR, MINUTE
 
+from .recording import (
+    FILL,
+    NEAR,
+    NS,
+    Case,
+    Fn,
+    Key,
+    Recorder,
+    Scrape,
+    cgroup,
+    process,
+    rollouts,
+    steady,
+    with_gaps,
+)
+from .shapes import Noise, diurnal, first_at_or_above, ramp
+
 GiB = 1024**3
 MiB = 1024**2
-NS = "llm"
-STALE = "stale"
-Value = float | str | None  # a sample, a staleness marker, or no sample
-Key = tuple[str, str, str, str]  # alertname, severity, pod, container ("" = pod level)
-Fn = Callable[[int], float | None]
-
-
-@dataclass(frozen=True)
-class Scrape:
-    """Who scrapes the exporter at one instant: ``instance`` None = no target at all
-    (between an old exporter pod and its replacement); ``ok`` False = the target is
-    there but unreachable (a scrape gap)."""
-
-    instance: str | None
-    ok: bool = True
-
-
-def steady(instance: str = "node-1:9847") -> Callable[[int], Scrape]:
-    return lambda t: Scrape(instance)
-
-
-def with_gaps(base: Callable[[int], Scrape], every_s: int, length_s: int,
-              first_s: int = 0, extra: Sequence[int] = ()) -> Callable[[int], Scrape]:
-    """Scrapes fail for ``length_s`` every ``every_s`` (from ``first_s``) and at each
-    start time in ``extra``."""
-    def at(t: int) -> Scrape:
-        s = base(t)
-        in_gap = (t >= first_s and (t - first_s) % every_s < length_s) or any(
-            e <= t < e + length_s for e in extra)
-        return Scrape(s.instance, ok=s.ok and not in_gap)
-    return at
-
-
-def rollouts(at_s: Sequence[int], gap_s: int = MINUTE) -> Callable[[int], Scrape]:
-    """The exporter pod is replaced at each time: ``gap_s`` without a target, then a
-    new ``instance`` (a new pod IP)."""
-    def at(t: int) -> Scrape:
-        n = sum(1 for r in at_s if t >= r)
-        if any(r <= t < r + gap_s for r in at_s):
-            return Scrape(None)
-        return Scrape(f"10.0.0.{10 + n}:9847")
-    return at
-
-
-class Recorder:
-    """Series selector -> values at each sample, written per exporter instance."""
-
-    def __init__(self, times: range, scrape: Callable[[int], Scrape]) -> None:
-        self.times = times
-        self.scrapes = [scrape(t) for t in times]
-        self.out: dict[str, list[Value]] = {}
-        for i, s in enumerate(self.scrapes):
-            if s.instance is not None:
-                self._set(f'up{{instance="{s.instance}", job="headroom"}}', i,
-                          1.0 if s.ok else 0.0)
-        self._stale_gone("up")
-
-    def _set(self, key: str, i: int, v: Value) -> None:
-        self.out.setdefault(key, [None] * len(self.times))[i] = v
-
-    def _stale_gone(self, prefix: str) -> None:
-        # A series whose target disappears gets a staleness marker at the next sample.
-        for key, vals in self.out.items():
-            if not key.startswith(prefix + "{"):
-                continue
-            for i in range(1, len(vals)):
-                if vals[i] is None and isinstance(vals[i - 1], float):
-                    vals[i] = STALE
-
-    def put(self, name: str, labels: Mapping[str, str], fn: Fn) -> None:
-        """One exporter series: ``fn(t)`` is its value (None: not exported then)."""
-        body = "".join(f'{k}="{v}", ' for k, v in sorted(labels.items()))
-        last: dict[str, bool] = {}  # key -> last sample was a value
-        for i, (t, s) in enumerate(zip(self.times, self.scrapes, strict=True)):
-            v = fn(t) if s.instance is not None and s.ok else None
-            for key, had in list(last.items()):
-                mine = s.instance is not None and key.endswith(f'instance="{s.instance}"}}')
-                if had and (v is None or not mine):
-                    self._set(key, i, STALE)
-                    last[key] = False
-            if v is None or s.instance is None:
-                continue
-            key = f'{name}{{{body}instance="{s.instance}", job="headroom"}}'
-            self._set(key, i, float(round(v)) if abs(v) >= 1000 else round(v, 9))
-            last[key] = True
-
-
-def cgroup(rec: Recorder, pod: str, container: str, limit: Fn, unrecl: Fn,
-           cache: Fn | None = None, events_max: Fn | None = None,
-           oom_kill: Fn | None = None) -> None:
-    """The memory series of one cgroup (container "" = the pod level)."""
-    w = {"namespace": NS, "pod": pod, "container": container}
-
-    def alive(f: Fn) -> Fn:
-        return lambda t: None if unrecl(t) is None else f(t)
-
-    def usage(t: int) -> float | None:
-        u = unrecl(t)
-        return None if u is None else u + (cache(t) or 0.0 if cache else 0.0)
-
-    def ws(t: int) -> float | None:
-        u = usage(t)
-        return None if u is None else u - ((cache(t) or 0.0) / 2 if cache else 0.0)
-
-    rec.put(c.MEMORY_LIMIT_BYTES.name, w, alive(limit))
-    rec.put(c.MEMORY_UNRECLAIMABLE_BYTES.name, w, unrecl)
-    rec.put(c.MEMORY_USAGE_BYTES.name, w, usage)
-    rec.put(c.MEMORY_WORKING_SET_BYTES.name, w, ws)
-    rec.put(c.MEMORY_EVENTS_TOTAL.name, {**w, "event": "max"},
-            alive(events_max or (lambda t: 0.0)))
-    rec.put(c.MEMORY_EVENTS_TOTAL.name, {**w, "event": "oom_kill"},
-            alive(oom_kill or (lambda t: 0.0)))
-
-
-def process(rec: Recorder, pod: str, container: str, name: str, anon: Fn,
-            shmem: Fn) -> None:
-    w = {"namespace": NS, "pod": pod, "container": container, "process": name}
-    rec.put(c.PROCESS_MEMORY_BYTES.name, {**w, "kind": "rss_anon"}, anon)
-    rec.put(c.PROCESS_MEMORY_BYTES.name, {**w, "kind": "rss_shmem"}, shmem)
-
-
-# --- shapes ------------------------------------------------------------------------------------
-def ramp(t: float, start: float, end: float) -> float:
-    """0 before start, 1 after end, linear between."""
-    return min(1.0, max(0.0, (t - start) / (end - start)))
-
-
-def diurnal(t: int, amplitude: float, peak_h: float = 15) -> float:
-    """0 at night, ``amplitude`` in the afternoon (a cosine over the day)."""
-    h = (t % DAY) / HOUR
-    return amplitude * (0.5 + 0.5 * math.cos(2 * math.pi * (h - peak_h) / 24))
-
-
-class Noise:
-    """Seeded Gaussian jitter: the same value for the same (stream, t), one draw per
-    15 seconds of scenario time."""
-
-    def __init__(self, seed: int, sigma: float) -> None:
-        self.seed, self.sigma = seed, sigma
-        self._draws: dict[int, list[float]] = {}
-
-    def __call__(self, t: int, stream: int = 0) -> float:
-        draws = self._draws.setdefault(stream, [])
-        i = t // 15
-        if i >= len(draws):
-            rng = random.Random(self.seed * 1000 + stream)
-            rng.seed(self.seed * 1000 + stream)
-            draws[:] = [rng.gauss(0.0, self.sigma) for _ in range(max(i + 1, 2 * len(draws)))]
-        return draws[i]
-
-
-def first_at_or_above(fn: Fn, limit: Fn, times: range) -> int:
-    for t in times:
-        v, lim = fn(t), limit(t)
-        if v is not None and lim is not None and v >= lim:
-            return t
-    raise ValueError("never reaches the limit")
 
 
 def _level(level: float, amplitude: float, t: int) -> float:
@@ -192,40 +46,6 @@ def _level(level: float, amplitude: float, t: int) -> float:
 def _plus(fn: Fn, extra: float, t: int) -> float | None:
     v = fn(t)
     return None if v is None else v + extra
-
-
-# --- the case --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Case:
-    name: str
-    cls: str  # the failure class (or "healthy")
-    title: str
-    step_s: int
-    end_s: int  # the kill, or the end of a healthy run
-    series: Mapping[str, list[Value]]
-    killed: bool = False
-    # Alerts that must notify; nothing else may (``allow``: may notify or not).
-    expect: frozenset[Key] = frozenset()
-    allow: frozenset[Key] = frozenset()
-    min_lead_s: Mapping[Key, int] = field(default_factory=dict)
-    # No page (critical) earlier than this before the kill.
-    max_page_lead_s: int | None = None
-    # Notifications allowed per expected alert (hysteresis: one incident, few pages).
-    max_episodes: int = 1
-    # Nothing notifies after this time (a limit raised: the pages clear).
-    quiet_after_s: int | None = None
-    # Samples fall half way between evaluations (the second evaluation phase).
-    phase_shifted: bool = False
-    # The rules' evaluation interval (0: the scrape interval, step_s).
-    eval_s: int = 0
-
-    @property
-    def evaluation_s(self) -> int:
-        return self.eval_s or self.step_s
-
-    @property
-    def times(self) -> range:
-        return range(0, self.end_s + 1, self.step_s)
 
 
 def _case(name: str, cls: str, title: str, step_s: int, end_s: int, rec: Recorder,
@@ -241,9 +61,6 @@ def _k(alert: str, severity: str, pod: str, container: str = "vllm") -> Key:
 # by the first afternoon peak that reaches the limit; a page the hour's peaks already
 # justify may come up to this long before it. A page earlier than that is early.
 SLOW_PAGE_MAX_LEAD_S = 4 * HOUR
-
-FILL, NEAR, RECLAIM = "HeadroomMemoryFillingUp", "HeadroomMemoryNearLimit", \
-    "HeadroomMemoryReclaimAtLimit"
 
 
 # --- failure classes ------------------------------------------------------------------------------
@@ -565,73 +382,3 @@ ALL: tuple[Callable[[], Case], ...] = (
     gaps, rollout, fast_ramp, nightly_plateau, restart_leftover, one_page, week_leak,
     no_limit, kv_unknown_residency, oom_reported_again, healthy_operations,
 )
-
-
-# --- the original scenarios, as cases ----------------------------------------------------------
-def from_scenario(s: object) -> Case:
-    """An ``alerts.scenarios.series.Scenario`` (the first wave's clean series) as a case:
-    the FillingUp ticket and page on the killed cgroup are required with their lead
-    times, any other memory alert of the pod is allowed; healthy ones stay silent."""
-    from . import series as sc
-
-    assert isinstance(s, sc.Scenario)
-    series: dict[str, list[Value]] = {
-        k: [None if x is None else float(round(x)) if abs(x) >= 1000 else float(round(x, 9))
-            for x in v]
-        for k, v in sc.render(s).items()}
-    expect: set[Key] = set()
-    leads: dict[Key, int] = {}
-    if s.kill_s is not None:
-        ticket = (s.warning_alert, "warning", s.pod, s.kill_container)
-        page = (FILL, "critical", s.pod, s.kill_container)
-        expect = {ticket, page}
-        leads = {ticket: s.min_warning_lead_s, page: s.min_critical_lead_s}
-    allow = {(a, sev, s.pod, ctr) for a in (FILL, NEAR, RECLAIM, "HeadroomHiddenMemoryGrowth",
-                                            "HeadroomKVOffloadWillNotFit")
-             for sev in ("warning", "critical") for ctr in ("", *s.containers)}
-    return Case(s.name, "first wave", s.title, s.step_s, s.end_s, series,
-                killed=s.kill_s is not None, expect=frozenset(expect),
-                allow=frozenset(allow) if s.kill_s is not None else frozenset(),
-                min_lead_s=leads)
-
-
-def first_wave() -> list[Case]:
-    from . import first_wave as fw
-
-    return [from_scenario(s) for s in fw.all_scenarios()]
-
-
-# --- a recorded real run ------------------------------------------------------------------------
-def recorded(path: Path) -> tuple[Case, int]:
-    """The raw series of a real end-to-end run (``tests/e2e/test_e2e_alerting.py`` with
-    ``HEADROOM_RECORD_E2E``) as a case, and the scale its rules were shrunk by. A sample
-    missing after one that was there is a staleness marker: Prometheus wrote one there
-    (a failed scrape, the exporter restarting), which is why the range query has none."""
-    doc = json.loads(path.read_text())
-    step, kill = int(doc["step_s"]), int(doc["kill_s"])
-    n = kill // step + 1
-    series: dict[str, list[Value]] = {}
-    for s in doc["series"]:
-        m = dict(s["metric"])
-        name = m.pop("__name__")
-        key = name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(m.items())) + "}"
-        vals: list[Value] = [None] * n
-        for t, v in s["values"]:
-            if 0 <= int(t) // step < n:
-                vals[int(t) // step] = float(v)
-        for i in range(1, n):
-            if vals[i] is None and isinstance(vals[i - 1], float):
-                vals[i] = STALE
-        series[key] = vals
-    pod = str(doc["pod"])
-    ctr = next(s["metric"]["container"] for s in doc["series"]
-               if s["metric"]["__name__"] == c.MEMORY_LIMIT_BYTES.name
-               and s["metric"].get("container"))
-    page = (FILL, "critical", pod, ctr)  # the container's limit binds (it is the pod's)
-    case = Case("recorded-e2e", "replay", str(doc["about"]), step, kill, series,
-                killed=True, expect=frozenset({page}),
-                allow=frozenset({(a, sev, pod, x)
-                                 for a in (FILL, NEAR, RECLAIM, "HeadroomHiddenMemoryGrowth")
-                                 for sev in ("warning", "critical") for x in ("", ctr)}),
-                min_lead_s={page: 1})
-    return case, int(doc["scale"])

@@ -24,7 +24,7 @@ import yaml
 from alerts import alertmanager, yamlout
 from exporter.promql import duration
 
-from .cases import STALE, Case, Key, Value
+from .recording import STALE, Case, Key, Value
 
 KEY_LABELS = ("alertname", "severity", "namespace", "pod", "container")
 _GOT = re.compile(r"\{([^{}]*)\} ([-+0-9.eE]+)")

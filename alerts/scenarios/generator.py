@@ -4,7 +4,7 @@ have.
 
 A class is a function ``(rng) -> Draw``: it picks the rate, the limit, the noise, the
 period, the scrape interval (20-120 s), when the leak starts and how long pods live from
-``rng``, builds the exporter series the way a cluster delivers them (``cases.Recorder``:
+``rng``, builds the exporter series the way a cluster delivers them (``recording.Recorder``:
 staleness markers, new instances, restarts) and states what must hold: which alerts must
 notify and which may, the lead windows before the kill, how many notifications one
 incident may send (through the shipped inhibition), and silence on healthy patterns.
@@ -27,7 +27,8 @@ from exporter import catalog as c
 from exporter.promql import DAY, HOUR, MINUTE
 
 from . import evaluate
-from .cases import (
+from .evaluate import Stat
+from .recording import (
     FILL,
     NEAR,
     NS,
@@ -35,19 +36,15 @@ from .cases import (
     Case,
     Fn,
     Key,
-    Noise,
     Recorder,
     Scrape,
     cgroup,
-    diurnal,
-    first_at_or_above,
     process,
-    ramp,
     rollouts,
     steady,
     with_gaps,
 )
-from .evaluate import Stat
+from .shapes import Noise, diurnal, first_at_or_above, ramp
 
 GiB = 1024**3
 MiB = 1024**2

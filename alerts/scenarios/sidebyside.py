@@ -25,9 +25,9 @@ from alerts import yamlout
 from alerts.generate import rules_yaml
 from exporter import catalog as c
 
-from . import cases
-from .cases import Case, Key
+from . import cases, converted
 from .evaluate import Stat, _hm, problems, replay
+from .recording import Case, Key
 
 ORIGINAL_RULES = Path(__file__).resolve().parent / "fixtures" / "original.rules.yaml"
 COMMON_ALERT = "CommonWorkingSetNearLimit"
@@ -53,7 +53,7 @@ def all_cases(names: list[str] | None = None) -> list[Case]:
     out = [f() for f in makers if not names or f.__name__ in names
            or f.__name__.replace("_", "-") in names]
     if not names or "first-wave" in names:
-        out += cases.first_wave()
+        out += converted.first_wave()
     return out
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from alerts.generate import rules_yaml
-from alerts.scenarios import cases, evaluate
-from alerts.scenarios.cases import STALE, Case, Recorder, Scrape
+from alerts.scenarios import cases, converted, evaluate
 from alerts.scenarios.evaluate import Stat
+from alerts.scenarios.recording import STALE, Case, Recorder, Scrape, rollouts
 from exporter.promql import CONFIG, HOUR, MINUTE
 
 PROMTOOL = shutil.which("promtool")
@@ -54,7 +54,7 @@ def test_first_wave_scenarios_pass(tmp_path: Path) -> None:
     rules = tmp_path / "headroom.rules.yaml"
     rules.write_text(rules_yaml())
     bad = {}
-    for case in cases.first_wave():
+    for case in converted.first_wave():
         found = evaluate.problems(case, evaluate.replay(case, [rules], tmp_path, PROMTOOL))
         if found:
             bad[case.name] = found
@@ -68,7 +68,7 @@ def test_a_recorded_real_run_pages_once_before_the_kill(tmp_path: Path) -> None:
     the exporter restarted while paged), replayed through the rules at that run's
     scale."""
     assert PROMTOOL is not None
-    case, scale = cases.recorded(FIXTURES / "e2e-run.json")
+    case, scale = converted.recorded(FIXTURES / "e2e-run.json")
     rules = tmp_path / "headroom.rules.yaml"
     rules.write_text(rules_yaml(CONFIG.scaled(scale).replace(hold_s=20, keep_firing_s=30)))
     stats = evaluate.replay(case, [rules], tmp_path, PROMTOOL)
@@ -90,7 +90,7 @@ def test_a_failed_scrape_marks_series_stale_and_up_zero() -> None:
 
 
 def test_a_rollout_ends_one_instance_and_starts_another() -> None:
-    rec = Recorder(range(0, 5 * MINUTE + 1, MINUTE), cases.rollouts([2 * MINUTE]))
+    rec = Recorder(range(0, 5 * MINUTE + 1, MINUTE), rollouts([2 * MINUTE]))
     rec.put("m", {}, lambda t: 1.0)
     old, new = 'm{instance="10.0.0.10:9847", job="headroom"}', \
         'm{instance="10.0.0.11:9847", job="headroom"}'

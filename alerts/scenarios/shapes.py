@@ -1,0 +1,48 @@
+"""Shapes of memory over time for the cases and the drawn classes: a ramp, a diurnal swing,
+seeded noise, and the first sample at which a shape reaches its limit."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from exporter.promql import DAY, HOUR
+
+from .recording import Fn
+
+
+def ramp(t: float, start: float, end: float) -> float:
+    """0 before start, 1 after end, linear between."""
+    return min(1.0, max(0.0, (t - start) / (end - start)))
+
+
+def diurnal(t: int, amplitude: float, peak_h: float = 15) -> float:
+    """0 at night, ``amplitude`` in the afternoon (a cosine over the day)."""
+    h = (t % DAY) / HOUR
+    return amplitude * (0.5 + 0.5 * math.cos(2 * math.pi * (h - peak_h) / 24))
+
+
+class Noise:
+    """Seeded Gaussian jitter: the same value for the same (stream, t), one draw per
+    15 seconds of scenario time."""
+
+    def __init__(self, seed: int, sigma: float) -> None:
+        self.seed, self.sigma = seed, sigma
+        self._draws: dict[int, list[float]] = {}
+
+    def __call__(self, t: int, stream: int = 0) -> float:
+        draws = self._draws.setdefault(stream, [])
+        i = t // 15
+        if i >= len(draws):
+            rng = random.Random(self.seed * 1000 + stream)
+            rng.seed(self.seed * 1000 + stream)
+            draws[:] = [rng.gauss(0.0, self.sigma) for _ in range(max(i + 1, 2 * len(draws)))]
+        return draws[i]
+
+
+def first_at_or_above(fn: Fn, limit: Fn, times: range) -> int:
+    for t in times:
+        v, lim = fn(t), limit(t)
+        if v is not None and lim is not None and v >= lim:
+            return t
+    raise ValueError("never reaches the limit")
