@@ -1,5 +1,6 @@
 """Shapes of memory over time for the cases and the drawn classes: a ramp, a diurnal swing,
-seeded noise, and the first sample at which a shape reaches its limit."""
+seeded noise, a sawtooth's tooth, and the first sample at which a shape reaches its
+limit."""
 
 from __future__ import annotations
 
@@ -46,3 +47,9 @@ def first_at_or_above(fn: Fn, limit: Fn, times: range) -> int:
         if v is not None and lim is not None and v >= lim:
             return t
     raise ValueError("never reaches the limit")
+
+
+def _tooth(t: float, period: float, rise: float) -> float:
+    """0 at each release, 1 at the top: a linear fill over ``rise`` of the period,
+    then flat until the release."""
+    return min(1.0, (t % period) / (rise * period))

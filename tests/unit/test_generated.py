@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from alerts.generate import rules_yaml
-from alerts.scenarios import evaluate, generator
+from alerts.scenarios import draws, evaluate, generator
 from exporter.promql import duration
 
 PROMTOOL = shutil.which("promtool")
@@ -63,7 +63,7 @@ def test_the_second_phase_samples_between_evaluations() -> None:
     doc = evaluate.test_file(d.case, [], inhibit=True)
     test = doc["tests"][0]
     assert test["interval"] == f"{d.case.step_s * 500}ms"
-    assert doc["evaluation_interval"] == duration(max(d.case.step_s, generator.EVAL_S))
+    assert doc["evaluation_interval"] == duration(max(d.case.step_s, draws.EVAL_S))
     assert test["input_series"][0]["values"].startswith("_ ")
 
 

@@ -1,0 +1,142 @@
+"""The drawn classes no kill ends: healthy patterns that must stay silent, a raised limit
+whose page must clear, a vLLM whose meta alert must name only the listener that broke."""
+
+from __future__ import annotations
+
+import random
+
+from exporter import catalog as c
+from exporter.promql import DAY, HOUR, MINUTE
+
+from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step
+from .recording import NS, Recorder, steady
+from .shapes import Noise, _tooth, diurnal, ramp
+
+
+def limit_raised(rng: random.Random) -> Draw:
+    """A ramp over hours pages; VPA raises the limit in place (x1.5-2.5) soon after and
+    the growth stops: the page clears within minutes, nothing fires again."""
+    step, pod = _step(rng), "resize-up-0"
+    limit = rng.uniform(24, 48) * GiB
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    start, length = rng.uniform(1, 4) * HOUR, rng.uniform(3, 8) * HOUR
+    base = rng.uniform(0.4, 0.6)
+    # The unchanged ramp would kill at start + length; raise 20-40 min before that.
+    raise_at = int(start + length - rng.uniform(20, 40) * MINUTE)
+    factor = rng.uniform(1.5, 2.5)
+    stop = raise_at + 20 * MINUTE
+
+    def u(t: int) -> float:
+        return limit * (base + (1 - base) * ramp(min(t, stop), start, start + length)) \
+            + noise(t)
+
+    def lim(t: int) -> float:
+        return limit * (factor if t >= raise_at else 1.0)
+
+    end = raise_at + 8 * HOUR
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lim, u)
+    case = _healthy("limit-raised", step, end, rec, allow=_pod_alerts(pod),
+                    max_episodes=1, quiet_after_s=raise_at + 25 * MINUTE)
+    return Draw("limit-raised", 0, case, {"step": step, "factor": factor,
+                                           "ramp_h": length / HOUR})
+
+
+def sawtooth_healthy(rng: random.Random) -> Draw:
+    """The same cache with constant peaks below the limit for three days: silent."""
+    step, pod = _step(rng, (60, 90, 120)), "sawtooth-ok-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    rise = rng.uniform(0.5, 0.9)
+    peak = rng.uniform(0.8, 0.9) * limit
+    height = rng.uniform(0.2, 0.4) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak - height + height * _tooth(t, period, rise) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("sawtooth-healthy", 0, _healthy("sawtooth-healthy", step, 3 * DAY, rec),
+                {"step": step, "period_h": period / HOUR, "peak": peak / limit})
+
+
+def vllm_without_server(rng: random.Random) -> Draw:
+    """A vLLM that never had a listener (run-batch) beside one whose /metrics stops
+    answering after 1-3 hours: a meta alert for the second only."""
+    step = _step(rng)
+    limit = rng.uniform(16, 48) * GiB
+    level = rng.uniform(0.3, 0.7) * limit
+    broke = int(rng.uniform(1, 3) * HOUR)
+    end = broke + 2 * HOUR
+    rec = Recorder(range(0, end + 1, step), steady())
+    for pod, up in (("batch-0", lambda t: 0.0),
+                    ("served-0", lambda t: 1.0 if t < broke else 0.0)):
+        _single(rec, pod, lambda t: limit, lambda t: level)
+        rec.put(c.VLLM_UP.name, {"namespace": NS, "pod": pod, "container": "vllm"}, up)
+    case = _healthy("vllm-without-server", step, end, rec, expect=frozenset(
+        {_k("HeadroomVLLMScrapeFailing", "warning", "served-0")}))
+    return Draw("vllm-without-server", 0, case, {"step": step, "broke_h": broke / HOUR})
+
+
+def daily_swing(rng: random.Random) -> Draw:
+    """Three days of a healthy daily swing of 10-35 % of the limit with noise: silent."""
+    step, pod = _step(rng, (60, 90, 120)), "swing-0"
+    limit = rng.uniform(16, 64) * GiB
+    amp = rng.uniform(0.10, 0.35)
+    low = rng.uniform(0.3, 0.88 - amp)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    peak_h = rng.uniform(0, 24)
+
+    def u(t: int) -> float:
+        return limit * low + diurnal(t, amp * limit, peak_h) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("daily-swing", 0, _healthy("daily-swing", step, 3 * DAY, rec),
+                {"step": step, "amp": amp, "peak": low + amp})
+
+
+def warm_up(rng: random.Random) -> Draw:
+    """A young pod: no series before it starts, loads its model to 50-85 % in 3-30
+    minutes, then a small daily swing for 2.5 days: silent."""
+    step, pod = _step(rng, (30, 60, 120)), "young-0"
+    limit = rng.uniform(16, 64) * GiB
+    born = int(rng.uniform(0, 2) * HOUR)
+    load = rng.uniform(3, 30) * MINUTE
+    level = rng.uniform(0.5, 0.85)
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+
+    def u(t: int) -> float | None:
+        if t < born:
+            return None
+        return limit * (0.05 + (level - 0.05) * ramp(t, born, born + load)) \
+            + diurnal(t, 0.03 * limit) + noise(t)
+
+    end = int(2.5 * DAY)
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("warm-up", 0, _healthy("warm-up", step, end, rec),
+                {"step": step, "load_min": load / MINUTE, "level": level})
+
+
+def nightly_plateau(rng: random.Random) -> Draw:
+    """Every night a batch adds 20-31 % of the limit in 4-8 minutes, holds it 20-45
+    minutes and frees it; three nights, noise: silent."""
+    step, pod = _step(rng, (20, 30, 60)), "batch-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), 0.003 * limit)
+    add, up, hold = rng.uniform(0.2, 0.31), rng.uniform(4, 8) * MINUTE, \
+        rng.uniform(20, 45) * MINUTE
+    base = rng.uniform(0.5, 0.93 - add)
+    at = rng.uniform(0, 22) * HOUR
+
+    def u(t: int) -> float:
+        s = (t - at) % DAY
+        batch = ramp(s, 0, up) - ramp(s, up + hold, up + hold + 3 * MINUTE)
+        return limit * (base + add * batch) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("nightly-plateau", 0, _healthy("nightly-plateau", step, 3 * DAY, rec),
+                {"step": step, "add": add, "up_min": up / MINUTE, "top": base + add})

@@ -1,0 +1,333 @@
+"""The drawn classes that end in a kill (or a loop of them): each must page ahead of it
+within its lead window, ticket where the leak is slow, and page once per incident."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+
+from exporter import catalog as c
+from exporter.promql import DAY, HOUR, MINUTE
+
+from .draws import (
+    FAST_PAGE_MIN_LEAD_S,
+    HIDDEN,
+    OOM,
+    PAGE_MIN_LEAD_S,
+    SLOW_PAGE_MAX_LEAD_S,
+    Draw,
+    GiB,
+    MiB,
+    _healthy,
+    _k,
+    _killed,
+    _minus,
+    _pod_alerts,
+    _single,
+    _step,
+    _zero_while,
+)
+from .recording import FILL, NS, Recorder, Scrape, cgroup, process, rollouts, steady, with_gaps
+from .shapes import Noise, _tooth, diurnal, first_at_or_above, ramp
+
+
+def limit_cut(rng: random.Random) -> Draw:
+    """A slow leak with two days of history; the limit is cut in place to leave hours:
+    it tickets and pages like any leak."""
+    step, pod = _step(rng, (60, 90, 120)), "resize-down-0"
+    limit = rng.uniform(24, 48) * GiB
+    rate = rng.uniform(0.02, 0.05) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.002) * limit)
+    base = 0.5 * limit
+    cut_at = int(rng.uniform(2.2, 2.5) * DAY)
+    left_h = rng.uniform(8, 16)
+
+    def u(t: int) -> float:
+        return base + rate * t + noise(t)
+
+    new_limit = base + rate * cut_at + rate * left_h * HOUR
+
+    def lim(t: int) -> float:
+        return new_limit if t >= cut_at else limit
+
+    kill = first_at_or_above(u, lim, range(cut_at, cut_at + 3 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lim, u)
+    case = _killed("limit-cut", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=kill - cut_at - HOUR)
+    return Draw("limit-cut", 0, case, {"step": step, "left_h": left_h})
+
+
+def sawtooth(rng: random.Random) -> Draw:
+    """A cache filled and flushed every 2-6 hours; each flush leaves a little more and
+    the peaks climb until one crosses the limit after 2.5-3.5 days. One page, when the
+    peaks are about to cross: no page for a tooth the history says is released."""
+    step, pod = _step(rng, (60, 90, 120)), "sawtooth-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    rise = rng.uniform(0.5, 0.9)
+    height = rng.uniform(0.15, 0.3) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    days = rng.uniform(2.5, 3.5)
+    peak0 = rng.uniform(0.6, 0.7) * limit
+    climb = (limit - peak0) / (days * DAY)  # of the peaks (and the floor), per second
+
+    def u(t: int) -> float:
+        return peak0 - height + climb * t + height * _tooth(t, period, rise) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 5 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("sawtooth", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=int(period + 2 * HOUR))
+    return Draw("sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
+                                       "rise": rise, "days": days})
+
+
+def slow_leak_big_limit(rng: random.Random) -> Draw:
+    """Under 1 % of a 64-96 GiB limit a day with noise, killed after 5-6 days (the replay
+    starts at 94-97 %, without the history before): a ticket days ahead, one page at
+    the end, no page flapping on the noise (at most three pager notifications; a
+    near-limit page before the history shows the growth counts among them)."""
+    step, pod = _step(rng, (90, 120)), "bigleak-0"
+    limit = rng.uniform(64, 96) * GiB
+    rate = rng.uniform(0.004, 0.009) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.0005, 0.0015) * limit)
+    days = rng.uniform(5, 6)
+    base = limit - rate * days * DAY
+
+    def u(t: int) -> float:
+        return base + rate * t + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 9 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("slow-leak-big-limit", step, kill, rec, pod,
+                   page_min=PAGE_MIN_LEAD_S, page_max=SLOW_PAGE_MAX_LEAD_S,
+                   ticket_min=DAY)
+    return Draw("slow-leak-big-limit", 0, case, {"step": step, "pct_day": rate * DAY
+                                                  / limit * 100, "days": days})
+
+
+def jobs_beside_leak(rng: random.Random) -> Draw:
+    """A server leaks to its kill over 3-8 hours; beside it, 6-12 short-lived job pods
+    (3-40 minutes, flat after a short load, some `vllm run-batch` without a listener):
+    only the server pages."""
+    step, pod = _step(rng, (20, 30, 60)), "server-0"
+    limit = rng.uniform(24, 48) * GiB
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    start, length = rng.uniform(2, 4) * HOUR, rng.uniform(3, 8) * HOUR
+
+    def u(t: int) -> float:
+        return limit * (0.5 + 0.5 * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    jobs = rng.randint(6, 12)
+    for i in range(jobs):
+        born = rng.uniform(0, kill - HOUR)
+        life = rng.uniform(3, 40) * MINUTE
+        level = rng.uniform(0.2, 0.8) * 8 * GiB
+        load = rng.uniform(0.5, 3) * MINUTE
+        jpod = f"job-{i}"
+
+        def ju(t: int, born: float = born, life: float = life, level: float = level,
+               load: float = load) -> float | None:
+            if not born <= t < born + life:
+                return None
+            return level * (0.3 + 0.7 * ramp(t, born, born + load))
+
+        _single(rec, jpod, lambda t: 8.0 * GiB, ju)
+        if i % 2 == 0:  # vllm run-batch: a vLLM with no HTTP server
+            rec.put(c.VLLM_UP.name, {"namespace": NS, "pod": jpod, "container": "vllm"},
+                    _zero_while(ju))
+    case = _killed("jobs-beside-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=2 * HOUR)
+    return Draw("jobs-beside-leak", 0, case, {"step": step, "jobs": jobs,
+                                               "ramp_h": length / HOUR})
+
+
+def crash_loop(rng: random.Random) -> Draw:
+    """A leak kills the container every 1.5-4 hours and Kubernetes restarts it under the
+    same pod name, 3-5 times: one stream of pages (at most three notifications), every
+    kill reported, the first page ahead of the first kill."""
+    step, pod = _step(rng, (20, 30, 60)), "loop-0"
+    limit = rng.uniform(16, 32) * GiB
+    cycle = rng.uniform(1.5, 4) * HOUR
+    base = rng.uniform(0.4, 0.6)
+    kills = rng.randint(3, 5)
+    warm = 2 * HOUR  # flat before the first cycle
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    gap = 2 * MINUTE
+
+    def phase(t: int) -> tuple[int, float]:
+        n, since = divmod(t - warm, cycle + gap) if t >= warm else (0, -1.0)
+        return int(n), since
+
+    def u(t: int) -> float | None:
+        since = phase(t)[1]
+        if since < 0:
+            return limit * base + noise(t)
+        if since >= cycle:
+            return None  # killed, restarting
+        return limit * (base + (1 - base) * since / cycle * 1.001) + noise(t)
+
+    def oom(t: int) -> float:
+        n, since = phase(t)
+        return float(n) if since < 0 or since < cycle else float(n + 1)
+
+    end = int(warm + kills * (cycle + gap) - gap)
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u, oom_kill=oom)
+    page = _k(FILL, "critical", pod)
+    case = _healthy("crash-loop", step, end, rec,
+                    expect=frozenset({page, (OOM, "warning", pod, "")}),
+                    allow=_pod_alerts(pod), max_episodes=kills + 1)
+    first = int(warm + cycle)
+    return Draw("crash-loop", 0, case, {"step": step, "cycle_h": cycle / HOUR,
+                                         "kills": kills}, first_kill_s=first,
+                first_kill_min_lead_s=PAGE_MIN_LEAD_S if cycle >= 2 * HOUR
+                else FAST_PAGE_MIN_LEAD_S)
+
+
+def ramp_to_kill(rng: random.Random) -> Draw:
+    """A climb from 40-60 % to the limit over 45 minutes to 10 hours after hours of
+    noise, at any scrape interval: >= 15 min ahead on a ramp under two hours, >= 45 min
+    on slower ones, not hours early."""
+    step, pod = _step(rng), "ramp-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    start = rng.uniform(2, 8) * HOUR
+    length = math.exp(rng.uniform(math.log(45 * MINUTE), math.log(10 * HOUR)))
+    base = rng.uniform(0.4, 0.6)
+
+    def u(t: int) -> float:
+        return limit * (base + (1 - base) * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 2 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    slow = length >= 2 * HOUR
+    # Not more than a few hours early: two hours, or half the ramp on a long one (a page
+    # when the forecast says 75 minutes may come 80-100 minutes before the kill).
+    case = _killed("ramp", step, kill, rec, pod,
+                   page_min=PAGE_MIN_LEAD_S if slow else FAST_PAGE_MIN_LEAD_S,
+                   page_max=int(min(SLOW_PAGE_MAX_LEAD_S, max(2 * HOUR, length / 2))))
+    return Draw("ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
+
+
+def sidecar_socket_leak(rng: random.Random) -> Draw:
+    """A sidecar (own limit of 1-4 GiB) leaks kernel socket memory to its kill over 3-10
+    hours; its processes stay flat. The sidecar pages, not the vLLM container."""
+    step, pod = _step(rng), "sock-0"
+    vlimit, slimit = rng.uniform(24, 48) * GiB, rng.uniform(1, 4) * GiB
+    start, length = rng.uniform(1, 3) * HOUR, rng.uniform(3, 10) * HOUR
+    noise = Noise(rng.randrange(10**6), 0.002 * slimit)
+
+    def side(t: int) -> float:
+        return slimit * (0.3 + 0.7 * ramp(t, start, start + length)) + noise(t)
+
+    def vllm(t: int) -> float:
+        return 0.6 * vlimit + noise(t, 1) * 4
+
+    kill = first_at_or_above(side, lambda t: slimit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    cgroup(rec, pod, "vllm", lambda t: vlimit, vllm, cache=lambda t: 2 * GiB)
+    cgroup(rec, pod, "proxy", lambda t: slimit, side)
+    cgroup(rec, pod, "", lambda t: vlimit + slimit,
+           lambda t: vllm(t) + side(t) + 16 * MiB, cache=lambda t: 2 * GiB)
+    process(rec, pod, "proxy", "envoy", lambda t: 0.2 * slimit, lambda t: 0.0)
+    w = {"namespace": NS, "pod": pod, "container": "proxy"}
+    rec.put(c.MEMORY_BYTES.name, {**w, "kind": "anon"}, lambda t: 0.2 * slimit)
+    rec.put(c.MEMORY_BYTES.name, {**w, "kind": "sock"}, lambda t: side(t) - 0.2 * slimit)
+    case = _killed("sidecar-socket-leak", step, kill, rec, pod, container="proxy",
+                   page_min=PAGE_MIN_LEAD_S, page_max=min(SLOW_PAGE_MAX_LEAD_S,
+                                                          int(max(HOUR, length / 2))))
+    case = dataclasses.replace(case, allow=case.allow | {
+        (a, "warning", pod, x) for a in (HIDDEN,) for x in ("", "proxy")})
+    return Draw("sidecar-socket-leak", 0, case, {"step": step, "ramp_h": length / HOUR})
+
+
+def two_vllm(rng: random.Random) -> Draw:
+    """Two vLLM containers in one pod, each with its own limit (the pod's is their sum);
+    one leaks to its kill over 3-8 hours: it pages, its twin and the pod level do not."""
+    step, pod = _step(rng), "twin-0"
+    la, lb = rng.uniform(16, 40) * GiB, rng.uniform(16, 40) * GiB
+    start, length = rng.uniform(1, 4) * HOUR, rng.uniform(3, 8) * HOUR
+    noise = Noise(rng.randrange(10**6), 0.002 * la)
+    leaker = rng.choice(("vllm-a", "vllm-b"))
+
+    def grow(t: int) -> float:
+        lim = la if leaker == "vllm-a" else lb
+        return lim * (0.5 + 0.5 * ramp(t, start, start + length)) + noise(t)
+
+    def flat(t: int) -> float:
+        lim = lb if leaker == "vllm-a" else la
+        return lim * rng_flat + noise(t, 1)
+
+    rng_flat = rng.uniform(0.5, 0.85)
+    fa, fb = (grow, flat) if leaker == "vllm-a" else (flat, grow)
+    kill = first_at_or_above(grow, lambda t: la if leaker == "vllm-a" else lb,
+                             range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    cgroup(rec, pod, "vllm-a", lambda t: la, fa, cache=lambda t: GiB)
+    cgroup(rec, pod, "vllm-b", lambda t: lb, fb, cache=lambda t: GiB)
+    cgroup(rec, pod, "", lambda t: la + lb, lambda t: fa(t) + fb(t) + 16 * MiB,
+           cache=lambda t: 2 * GiB)
+    for ctr, fn in (("vllm-a", fa), ("vllm-b", fb)):
+        process(rec, pod, ctr, "EngineCore", _minus(fn, 3 * GiB), lambda t: 2 * GiB)
+    case = _killed("two-vllm", step, kill, rec, pod, container=leaker,
+                   page_min=PAGE_MIN_LEAD_S, page_max=min(SLOW_PAGE_MAX_LEAD_S,
+                                                          int(max(HOUR, length / 2))))
+    case = dataclasses.replace(case, allow=frozenset(
+        k for k in case.allow if k[3] == leaker))
+    return Draw("two-vllm", 0, case, {"step": step, "ramp_h": length / HOUR})
+
+
+def exporter_gaps(rng: random.Random) -> Draw:
+    """A daily-swing leak (3-6 % of the limit a day) killed after 3-4 days while the
+    exporter is unreachable for 2-8 minutes every 1-3 hours and its pod is replaced
+    twice: the ticket and one page, each notified once."""
+    step, pod = _step(rng, (60, 90, 120)), "gaps-0"
+    limit = rng.uniform(16, 48) * GiB
+    rate = rng.uniform(0.03, 0.06) * limit / DAY
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    days = rng.uniform(3, 4)
+    base = limit - rate * days * DAY - 0.02 * limit
+
+    def u(t: int) -> float:
+        return base + rate * t + diurnal(t, 0.02 * limit) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
+    every, length = rng.uniform(1, 3) * HOUR, rng.uniform(2, 8) * MINUTE
+    roll = sorted(rng.uniform(0.5 * DAY, kill - 2 * HOUR) for _ in range(2))
+    scrape: Callable[[int], Scrape] = with_gaps(rollouts([int(r) for r in roll]),
+                                                int(every), int(length))
+    rec = Recorder(range(0, kill + 1, step), scrape)
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("exporter-gaps", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=12 * HOUR)
+    return Draw("exporter-gaps", 0, case, {"step": step, "days": days,
+                                            "gap_min": length / MINUTE})
+
+
+def fast_ramp(rng: random.Random) -> Draw:
+    """60 % to the limit in 15-25 minutes after hours of noise: a page before the kill,
+    not half an hour early."""
+    step, pod = _step(rng, (20, 30, 60)), "fast-0"
+    limit = rng.uniform(16, 64) * GiB
+    noise = Noise(rng.randrange(10**6), 0.003 * limit)
+    start, length = rng.uniform(2, 6) * HOUR, rng.uniform(15, 25) * MINUTE
+
+    def u(t: int) -> float:
+        return limit * (0.6 + 0.4 * ramp(t, start, start + length)) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("fast-ramp", step, kill, rec, pod, page_min=2 * MINUTE,
+                   page_max=30 * MINUTE)
+    return Draw("fast-ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
