@@ -32,7 +32,8 @@ from collections.abc import Callable
 from exporter.collectors.kill_counters import read_kill_counters
 from exporter.host.paths import HostPaths, MemoryHierarchy, OpenFiles
 from exporter.oom.members import LIST_EVERY, MemberTable
-from exporter.sampling.cgroup_watch import CgroupTree, KillNotifier
+from exporter.sampling.cgroup_watch import CgroupTree
+from exporter.sampling.kill_notify import KillNotifier
 from tests.helpers.kernel import kube_tree
 
 TICK = 0.2

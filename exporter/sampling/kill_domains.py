@@ -4,7 +4,7 @@ A kill domain is the cgroup whose counters count each kill once: on v2 the pod-l
 cgroup (``memory.events`` is hierarchical and outlives a killed container), on v1 each
 container (v1 counts a kill only in the victim's own cgroup); a tracked cgroup outside
 Kubernetes as it is. Its counters are read when the kernel says they moved
-(``cgroup_watch.KillNotifier``), on the next ``ECHO_READS`` passes after that (v1's
+(``kill_notify.KillNotifier``), on the next ``ECHO_READS`` passes after that (v1's
 eventfd fires at the OOM, before the kill: a read that races the killer sees the old
 count), when it is new, every ``RESYNC`` seconds as a safety net, and on every pass where
 its notification could not be armed.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from exporter.host.paths import MemoryHierarchy
 from exporter.model import CgroupRef
-from exporter.sampling.cgroup_watch import KillNotifier
+from exporter.sampling.kill_notify import KillNotifier
 
 RESYNC = 30.0  # seconds between reads of every kill counter, notified or not
 ECHO_READS = 2  # passes a notified domain's counters are read again

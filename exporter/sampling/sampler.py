@@ -14,7 +14,7 @@ lifetime peak is below the zone that kills).
 **Asleep between** (``wakeups.py``): the thread sleeps on one epoll set until the next
 cgroup is due or the kernel says something moved: a cgroup appeared or vanished under
 kubepods (``cgroup_watch.CgroupTree``: inotify, else a scan every second), a kill counter
-moved (``cgroup_watch.KillNotifier``: v2 ``memory.events`` inotify, v1 ``oom_control``
+moved (``kill_notify.KillNotifier``: v2 ``memory.events`` inotify, v1 ``oom_control``
 eventfd; read as ``kill_domains.py`` says), or a v1 usage threshold was crossed. An idle
 node wakes it once per quiet period; a pass in which no cgroup appeared or vanished
 reuses the last pass's sets. Two passes are never closer than ``interval``.

@@ -1,5 +1,5 @@
 """Kernel notifications on v1 memory cgroups through ``cgroup.event_control``: the eventfd
-behind the OOM watcher's ``oom_control`` wake-up (``cgroup_watch.KillNotifier``) and the
+behind the OOM watcher's ``oom_control`` wake-up (``kill_notify.KillNotifier``) and the
 usage thresholds that wake the sampler for a slow cgroup climbing towards its limit.
 
 A v1 threshold fires when usage crosses it in either direction (the kernel checks its
