@@ -140,8 +140,14 @@ class PeakSampler:
         scrape_refs = tuple(refs)
         with self._lock:
             self._hierarchy = hierarchy
-            if scrape_refs != self._scrape_refs:
+            changed = scrape_refs != self._scrape_refs
+            if changed:
                 self._scrape_refs = scrape_refs
+        if changed:
+            # A pass now, not at the next due time (up to the quiet pace away): a kill
+            # domain's counters are a baseline only if read before the kill, and a
+            # tracked cgroup outside kubepods is found by the scrape alone.
+            self._wakeups.wake()
 
     # --- the sampling thread -----------------------------------------------------------
 

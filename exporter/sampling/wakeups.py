@@ -1,6 +1,8 @@
 """What wakes the sampler thread: one epoll set for every kernel notification (new
 cgroups by inotify, kill counters, v1 usage thresholds) and a stop eventfd, so the thread
-sleeps until a cgroup is due or the kernel says something moved, instead of ticking."""
+sleeps until a cgroup is due or the kernel says something moved, instead of ticking; and a
+wake eventfd that another thread sets when it hands the sampler something to read now (a
+scrape's newly discovered cgroups, whose kill counters must be read before they move)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import select
 
 
 class Wakeups:
-    """Not thread-safe except ``stop``, which any thread may call."""
+    """Not thread-safe except ``stop`` and ``wake``, which any thread may call."""
 
     def __init__(self) -> None:
         self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll: select.epoll | None
         try:
             self._epoll = select.epoll()
             self._epoll.register(self._stop, select.EPOLLIN)
+            self._epoll.register(self._wake, select.EPOLLIN)
         except OSError:  # no epoll (a seccomp profile that refuses it): plain sleeps
             self._epoll = None
         self.stopped = False
@@ -58,6 +62,9 @@ class Wakeups:
         for fd, _ in events:
             if fd == self._stop:
                 self.stopped = True
+            elif fd == self._wake:
+                with contextlib.suppress(OSError):
+                    os.eventfd_read(self._wake)  # drained: one wake-up per burst of wakes
             else:
                 out.append(fd)
         return out
@@ -66,6 +73,11 @@ class Wakeups:
         """Sleep ``timeout`` seconds whatever else is ready (only ``stop`` ends it)."""
         if timeout > 0 and not self.stopped and select.select([self._stop], [], [], timeout)[0]:
             self.stopped = True
+
+    def wake(self) -> None:
+        """End the current or next ``wait`` now (a pass is needed)."""
+        with contextlib.suppress(OSError):
+            os.eventfd_write(self._wake, 1)
 
     def stop(self) -> None:
         self.stopped = True
@@ -76,5 +88,6 @@ class Wakeups:
         if self._epoll is not None:
             self._epoll.close()
             self._epoll = None
-        with contextlib.suppress(OSError):
-            os.close(self._stop)
+        for fd in (self._stop, self._wake):
+            with contextlib.suppress(OSError):
+                os.close(fd)
