@@ -3,8 +3,14 @@ ramp, after a notification or while young; once per clock second otherwise."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
+from exporter.host.paths import MemoryHierarchy
+from exporter.model import CgroupRef
 from exporter.sampling import cadence
 from exporter.sampling.cadence import Cadence
+from exporter.sampling.sampler import PeakSampler
 
 MiB = 1 << 20
 LIMIT = 1024 * MiB
@@ -116,3 +122,28 @@ def test_the_pace_wakes_at_the_next_cgroup_due() -> None:
     assert pace.next_at(100.3, 0.2) == 105.0 and pace.due(100.3) == []
     pace.wake({"a"}, 100.3)
     assert pace.due(100.5) == ["a"]
+
+
+def test_a_scrape_that_hands_the_sampler_new_cgroups_wakes_it() -> None:
+    """While every cgroup is still the sampler sleeps up to its quiet pace; a scrape that
+    finds a cgroup it did not have (a tracked one is found by scrapes alone) ends that
+    sleep, so the new cgroup's kill counters are read as a baseline before a fast kill.
+    The same cgroups handed again do not wake it."""
+    sampler = PeakSampler(0.2, 30.0)
+    h = MemoryHierarchy(Path("/nonexistent"), 1)
+    woken = threading.Event()
+
+    def sleep_once() -> None:
+        sampler._wakeups.wait(600)
+        woken.set()
+
+    try:
+        threading.Thread(target=sleep_once, daemon=True).start()
+        sampler.set_tracked(h, [CgroupRef("tracked/a")])
+        assert woken.wait(60), "the sampler slept on"
+        woken.clear()
+        threading.Thread(target=sleep_once, daemon=True).start()
+        sampler.set_tracked(h, [CgroupRef("tracked/a")])
+        assert not woken.wait(1.0), "the same cgroups woke it"
+    finally:
+        sampler._wakeups.stop()
