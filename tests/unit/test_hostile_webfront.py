@@ -59,7 +59,7 @@ async def app_server(exporter: Exporter, security: Security | None = None
         await exporter.aclose()
 
 
-async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
+async def test_index_burst_parses_each_document_once_and_scrapes_keep_series(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The HTML index parsed every stored document on every request (1.5 s with 50);
     40 concurrent requests made a scrape's discovery collector time out. Now rows come
@@ -102,7 +102,7 @@ async def test_r6_index_burst_parses_each_document_once_and_scrapes_keep_series(
         assert status == 200 and WORKLOAD_SERIES in body and DISCOVERY_OK in body
 
 
-def test_r7_wrong_passwords_never_evict_a_good_verdict() -> None:
+def test_wrong_passwords_never_evict_a_good_verdict() -> None:
     """Good and bad verdicts shared one 100-entry cache and a hit did not refresh: 100
     distinct wrong passwords evicted Prometheus's entry (docs/threats.md: password-flood)."""
     auth = BasicAuth({"prometheus": bcrypt_hash("s3cret", cost=4).encode()})
@@ -113,7 +113,7 @@ def test_r7_wrong_passwords_never_evict_a_good_verdict() -> None:
     assert auth.cached(good) is True
 
 
-async def test_r7_a_wrong_password_flood_is_refused_quickly_and_scrapes_pass(
+async def test_a_wrong_password_flood_is_refused_quickly_and_scrapes_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a flood of distinct wrong passwords Prometheus's verdict stays cached
     (its scrapes never wait for bcrypt), and the excess beyond one bcrypt running and
@@ -156,7 +156,7 @@ def wait_log(served: Served, needle: str, count: int, timeout: float = 30.0) -> 
         time.sleep(0.05)
 
 
-def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
+def test_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
         tmp_path: Path) -> None:
     """SIGHUP while the web config was empty (truncated mid-write) was accepted and
     turned authentication off (/metrics 401 -> 200), logged at info. Now an empty file,
@@ -182,7 +182,7 @@ def test_r8_sighup_with_an_empty_partial_or_invalid_file_keeps_auth_on(
         assert "web config reloaded from" not in log
 
 
-def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) -> None:
+def test_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) -> None:
     """A SIGHUP before the handler was installed killed the exporter with an empty
     log. The web config here is a FIFO: the exporter is held reading it, at start, when
     the SIGHUP comes; then it gets its config and serves (docs/threats.md:
@@ -214,7 +214,7 @@ def test_r10_sighup_while_starting_does_not_kill_the_exporter(tmp_path: Path) ->
             raise AssertionError(f"exited {proc.returncode}: {log_path.read_text()!r}")
 
 
-def test_r11_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
+def test_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
     """Any size was read and parsed (a 30 MB file held the event loop ~60 s;
     docs/threats.md: huge-web-config)."""
     big = tmp_path / "web.yml"
@@ -227,7 +227,7 @@ def test_r11_a_web_config_over_1_mib_is_refused(tmp_path: Path) -> None:
     assert load_web_config(ok).users == {}
 
 
-def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
+def test_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
         tmp_path: Path) -> None:
     """The reload read and parsed the file on the event loop (docs/threats.md:
     huge-web-config). Here the file is swapped for a FIFO nobody writes yet: the reload
@@ -251,7 +251,7 @@ def test_r11_a_reload_that_cannot_finish_reading_leaves_the_loop_serving(
         assert http_get(s.url + "/metrics", basic("scraper", "s3cret"))[0] == 200
 
 
-def test_r6_index_cache_follows_the_directory(tmp_path: Path) -> None:
+def test_index_cache_follows_the_directory(tmp_path: Path) -> None:
     """The cache is keyed on each file's (inode, size, mtime): a new, rewritten or removed
     document shows at the next request, and a request parses at most ``parses``."""
     from exporter.postmortem.index import IndexCache

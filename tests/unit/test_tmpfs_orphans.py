@@ -279,7 +279,7 @@ def wait_for(read: Callable[[], T], ok: Callable[[T], bool], timeout: float = 20
         time.sleep(0.3)
 
 
-def test_r14_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
+def test_a_directory_swapped_for_a_symlink_mid_walk_is_not_followed(
         tmp_path: Path) -> None:
     """The walk did ``lstat`` then ``scandir`` by path, so a pod could swap a
     directory for a symbolic link in between and the walk listed what the link named
@@ -344,7 +344,7 @@ def _orphan_source(tmp_path: Path, reader: ProcReader) -> TmpfsOrphansSource:
     return src
 
 
-def test_r9_a_huge_pod_whose_usage_moves_is_scanned_within_the_budget(
+def test_a_huge_pod_whose_usage_moves_is_scanned_within_the_budget(
         tmp_path: Path) -> None:
     """A pod with 1,000 processes x 300 descriptors whose tmpfs "used" moves every
     second was rescanned in full on every scrape (3-5 s; 3/12 scrapes timed out), and the

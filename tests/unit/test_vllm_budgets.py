@@ -47,7 +47,7 @@ def stored(h: int, group: int) -> dict[str, Any]:
 # --- one KV-event batch costs work linear in its size, bounded --------------------
 
 
-def test_r1_kv_cache_groups_per_medium_are_bounded() -> None:
+def test_kv_cache_groups_per_medium_are_bounded() -> None:
     """20,000 distinct ``group_idx`` in one ~1 MB batch (the attack cost 9 s of CPU on the
     event loop): a few groups are followed, the other stores counted as overflow."""
     t = KvBlockTracker()
@@ -57,7 +57,7 @@ def test_r1_kv_cache_groups_per_medium_are_bounded() -> None:
     assert t.prefix_cache_blocks(exact_only=True) == {}  # an overflowed count is not exact
 
 
-def test_r1_events_per_batch_are_bounded() -> None:
+def test_events_per_batch_are_bounded() -> None:
     """A batch of 200,000 tiny events: decoding keeps a bounded number, the rest counted."""
     raw = packed([["BlockRemoved", [i & 0xFF], None] for i in range(200_000)])
     batch = decode_batch(raw)
@@ -114,7 +114,7 @@ BOMB = textwrap.dedent("""
 
 @pytest.mark.parametrize(("frames", "frame_bytes"), [(1, 300 << 20), (400, 512 << 10)],
                          ids=["one-300MiB-frame", "400-frames-of-512KiB"])
-def test_r2_a_huge_message_is_refused_before_it_is_read(frames: int, frame_bytes: int) -> None:
+def test_a_huge_message_is_refused_before_it_is_read(frames: int, frame_bytes: int) -> None:
     """A publisher sends one 300 MiB frame (OOM-killed the exporter within a second), or
     400 frames of 512 KiB in one message (libzmq's MAXMSGSIZE bounds frames, not
     messages): the subscriber drops the peer, counts it as garbage, and its process never
@@ -227,7 +227,7 @@ def readings_by_pod(data: VllmData) -> dict[str, list[bool]]:
     return out
 
 
-async def test_r3_silent_ports_cost_only_their_own_series(monkeypatch: pytest.MonkeyPatch
+async def test_silent_ports_cost_only_their_own_series(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """A look-alike API server with 4 ports that accept and never answer, beside a real
     vLLM in another pod: each scrape finishes within the collector's timeout with the
@@ -263,7 +263,7 @@ def big_vllm_body(size: int) -> bytes:
     return bytes(out)
 
 
-async def test_r4_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.MonkeyPatch
+async def test_reads_of_one_pod_share_one_byte_budget(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     """Six API servers in one pod, each answering an 8 MiB body (the exporter went from
     49 to 168 MB and was OOM-killed): what the scrape holds stays within the pod's
@@ -343,7 +343,7 @@ def pod_with_server(tmp_path: Path, *, own_netns: bool) -> list[LocatedServer]:
     return servers
 
 
-def test_r5_no_address_from_a_namespace_the_process_made(tmp_path: Path) -> None:
+def test_no_address_from_a_namespace_the_process_made(tmp_path: Path) -> None:
     """The API server sits in a network namespace of its own with 10.9.9.9 added there:
     the exporter never connects to 10.9.9.9 (it sent GET /metrics to whatever served that
     address on the node)."""
@@ -351,7 +351,7 @@ def test_r5_no_address_from_a_namespace_the_process_made(tmp_path: Path) -> None
     assert [c.host for c in s.candidates] == []
 
 
-def test_r5_the_pod_sandbox_address_is_used(tmp_path: Path) -> None:
+def test_the_pod_sandbox_address_is_used(tmp_path: Path) -> None:
     """In the pod's own namespace, without the API: the address is the sandbox's."""
     (s,) = pod_with_server(tmp_path, own_netns=False)
     assert [c.hostport for c in s.candidates] == ["10.1.1.1:8000"]
