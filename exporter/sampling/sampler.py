@@ -15,7 +15,9 @@ lifetime peak is below the zone that kills).
 cgroup is due or the kernel says something moved: a cgroup appeared or vanished under
 kubepods (``cgroup_watch.CgroupTree``: inotify, else a scan every second), a kill counter
 moved (``kill_notify.KillNotifier``: v2 ``memory.events`` inotify, v1 ``oom_control``
-eventfd; read as ``kill_domains.py`` says), or a v1 usage threshold was crossed. An idle
+eventfd; read as ``kill_domains.py`` says), a v1 usage threshold was crossed, or a scrape
+handed it cgroups it did not have (``set_tracked``: their kill counters are read as a
+baseline at once, before a kill can move them). An idle
 node wakes it once per quiet period; a pass in which no cgroup appeared or vanished
 reuses the last pass's sets. Two passes are never closer than ``interval``.
 
