@@ -111,6 +111,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
+        (q.QUIET_SWING, f"min_over_time({q.HOURLY_RANGE}[{bw}])"),
         # What the pattern is: a release (the last hour fell below the peaks before it:
         # a rise that never falls, a ramp or a leak, has none) or a quiet whole hour.
         (q.PATTERN_SIGN + "\tsign=release", expr(

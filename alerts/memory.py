@@ -80,7 +80,9 @@ def critical_condition(config: Config, scale: float) -> str:
       page horizon (its windows ahead are whole hours);
     * the peaks at the limit: their envelope reaches it at the lasting rate within the
       lasting page horizon, or within the confirm horizon while a climb that reaches it
-      within the fast confirm horizon goes on (a sawtooth whose teeth climb).
+      within the fast confirm horizon goes on (a sawtooth whose teeth climb);
+    * the peaks within the noise of the limit while the lasting horizon sees growth
+      (``QUIET_SWING``): the next excursion like those of the quietest hour kills.
     """
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
@@ -104,8 +106,16 @@ def critical_condition(config: Config, scale: float) -> str:
             ${env_ttl} < ${confirm}
           and on ${g}
             ${fast} < ${fast_confirm}
+        or
+            clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
+              < on ${g} ${band} * last_over_time(${quiet}[${hold}])
+          and on ${g}
+            ${lasting_rate}
         )
         """,
+        limit=q.LIMIT, env=env, recent=f"last_over_time({q.HOURLY_MAX}[{hold}])",
+        quiet=q.QUIET_SWING, hold=hold, lasting_rate=lasting_rate,
+        band=number(config.fill_noise_band_swings * scale),
         # The peaks' own forecast: from the envelope of the peaks before the last hour,
         # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
         # released; the next tooth is what the envelope's trend says).

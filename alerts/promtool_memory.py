@@ -173,6 +173,54 @@ def filling_up_warning(cfg: Config) -> Test:
     }
 
 
+def filling_up_noise_band(cfg: Config) -> Test:
+    """A slow leak (1 GiB/day) whose memory swings 1 GiB from sample to sample: at 2d2h
+    the limit drops in place to 0.4 GiB above its peaks. The lasting horizon still says
+    hours (the peaks climb 0.4 GiB in ten), but half the quietest hour's swing is
+    more than what is left: the next excursion is the kill, so it pages within its
+    `for:`. The same leak and gap on a quiet pod (a 64 MiB swing) pages nothing."""
+    rate = per_second(GiB)
+    start = 40 * GiB
+    on = 2 * DAY + 2 * HOUR
+    total = on + 2 * HOUR
+    n_on, n = on // LONG_STEP, total // LONG_STEP + 1
+    level_on = start + rate * on
+
+    def wobbling(swing: float) -> str:
+        return " ".join(str(whole(start + rate * i * LONG_STEP + (swing / 2 if i % 2 else
+                                                                   -swing / 2)))
+                        for i in range(n))
+
+    pods = {"p": GiB, "q": 64 * MiB}
+    inputs = [series("up", f"1x{n}")]
+    for pod, swing in pods.items():
+        limit_after = level_on + swing / 2 + 0.4 * GiB
+        inputs += [
+            series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on),
+                                                   (limit_after, n - n_on)),
+                   **workload(pod)),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobbling(swing), **workload(pod)),
+        ]
+    page = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
+            'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
+    fires = on + cfg.fill_critical_for_s
+    return {
+        "name": "HeadroomMemoryFillingUp critical: the peaks within the noise of the limit",
+        "interval": dur(LONG_STEP),
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": page % "p", "eval_time": dur(fires - LONG_STEP), "exp_samples": []},
+            {"expr": page % "p", "eval_time": dur(fires), "exp_samples": [{
+                "labels": alert_labels("HeadroomMemoryFillingUp", "critical", "vllm"),
+                "value": 1}]},
+            # The lasting horizon alone says hours: the noise is what pages.
+            {"expr": f'{q.TIME_TO_LIMIT}{{pod="p"}} < {cfg.fill_lasting_page_horizon_s}',
+             "eval_time": dur(fires), "exp_samples": []},
+            {"expr": page % "q", "eval_time": dur(total), "exp_samples": []},
+        ],
+    }
+
+
 def reclaim(cfg: Config) -> Test:
     limit = 32 * GiB
     on = 30

@@ -24,6 +24,7 @@ from exporter.promql import Config
 
 from .promtool_memory import (
     filling_up_critical,
+    filling_up_noise_band,
     filling_up_warning,
     hidden,
     near_limit,
@@ -68,7 +69,7 @@ def long_unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "rule_files": [RULE_FILE],
         "evaluation_interval": dur(LONG_STEP),
         "group_eval_order": group_order(cfg),
-        "tests": [f(cfg) for f in (filling_up_warning, hidden)],
+        "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden)],
     }
 
 

@@ -16,6 +16,9 @@ MiB = 1024**2
 PAGE_MIN_LEAD_S = 45 * MINUTE  # a pattern slower than that
 FAST_PAGE_MIN_LEAD_S = 15 * MINUTE  # a 50-minute ramp
 SLOW_PAGE_MAX_LEAD_S = 4 * HOUR  # "not more than a few hours before"
+# A sample this many noise deviations from the limit is a near miss: an excursion that
+# size (a 60 s scrape sees one about every 12 h) would have killed there.
+NEAR_MISS_SIGMAS = 3
 MAX_NOTIFICATIONS = 3  # per incident
 # The rules are evaluated every minute (Prometheus's default), or at the scrape
 # interval where scrapes are slower: the slowest supported evaluation interval is 120 s.
@@ -90,6 +93,21 @@ def _killed(name: str, step: int, kill: int, rec: Recorder, pod: str, *,
 def _healthy(name: str, step: int, end: int, rec: Recorder, **kw: object) -> Case:
     return Case(name, name, "", step, end, dict(rec.out), eval_s=max(step, EVAL_S),
                 **kw)  # type: ignore[arg-type]
+
+
+def noise_timed(page_max: int, u: Fn, limit: Fn, sigma: float, kill: int,
+                step: int) -> int:
+    """How early the page may come where the noise may decide the kill: ``page_max``
+    before the first near miss (a recorded sample within ``NEAR_MISS_SIGMAS`` noise
+    deviations of the limit in force). A slow leak spends hours in that band and its kill
+    is the first excursion that crosses, which no forecast can time: a page at the first
+    near miss is "act now", not early. Without a near miss before the kill, ``page_max``
+    before the kill."""
+    for t in range(0, kill, step):
+        v, lim = u(t), limit(t)
+        if v is not None and lim is not None and v >= lim - NEAR_MISS_SIGMAS * sigma:
+            return page_max + kill - t
+    return page_max
 
 
 def _zero_while(fn: Fn) -> Fn:

@@ -28,6 +28,7 @@ from .draws import (
     _single,
     _step,
     _zero_while,
+    noise_timed,
 )
 from .recording import FILL, NS, Recorder, Scrape, cgroup, process, rollouts, steady, with_gaps
 from .shapes import Noise, _tooth, diurnal, first_at_or_above, ramp
@@ -56,7 +57,9 @@ def limit_cut(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lim, u)
     case = _killed("limit-cut", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=kill - cut_at - HOUR)
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lim, noise.sigma, kill,
+                                        step),
+                   ticket_min=kill - cut_at - HOUR)
     return Draw("limit-cut", 0, case, {"step": step, "left_h": left_h})
 
 
@@ -81,7 +84,8 @@ def sawtooth(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
     case = _killed("sawtooth", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=int(period + 2 * HOUR))
+                   page_max=noise_timed(int(period + 2 * HOUR), u, lambda t: limit,
+                                        noise.sigma, kill, step))
     return Draw("sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
                                        "rise": rise, "days": days})
 
@@ -105,7 +109,9 @@ def slow_leak_big_limit(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
     case = _killed("slow-leak-big-limit", step, kill, rec, pod,
-                   page_min=PAGE_MIN_LEAD_S, page_max=SLOW_PAGE_MAX_LEAD_S,
+                   page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
+                                        noise.sigma, kill, step),
                    ticket_min=DAY)
     return Draw("slow-leak-big-limit", 0, case, {"step": step, "pct_day": rate * DAY
                                                   / limit * 100, "days": days})
@@ -309,7 +315,9 @@ def exporter_gaps(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), scrape)
     _single(rec, pod, lambda t: limit, u)
     case = _killed("exporter-gaps", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=12 * HOUR)
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
+                                        noise.sigma, kill, step),
+                   ticket_min=12 * HOUR)
     return Draw("exporter-gaps", 0, case, {"step": step, "days": days,
                                             "gap_min": length / MINUTE})
 

@@ -47,6 +47,7 @@ UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
 HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
+QUIET_SWING = "headroom:memory_unreclaimable:quiet_swing"
 PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
@@ -127,6 +128,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
+    QUIET_SWING: "the smallest hourly range over the envelope window: the swing of the "
+    "memory's quietest hour, its noise (a peak that close to the limit is one excursion "
+    "from the kill)",
     PATTERN_SIGN: "1 where the figure shows what its pattern is (label sign): "
     "release, the last hour fell below the envelope of the peaks by more than the "
     "pattern swing (a flush, a batch's end, a daily trough); quiet, a whole hour moved "

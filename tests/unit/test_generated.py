@@ -79,3 +79,26 @@ def test_a_page_too_early_fails_the_verdict() -> None:
     early = {page: evaluate.Stat(1, d.case.end_s - 30 * 3600, d.case.end_s)}
     assert any("early" in p for p in generator.verdict(d, early))
     assert any("never notified" in p for p in generator.verdict(d, {}))
+
+
+def test_a_near_miss_moves_the_earliest_page_back_to_it() -> None:
+    """The page may come ``page_max`` before the first sample within three noise
+    deviations of the limit: a near miss hours before the kill allows a page then; a
+    jump to the limit with none allows only ``page_max``."""
+    limit, sigma, page_max = 1000.0, 10.0, 3600
+
+    def near_miss_then_kill(t: int) -> float:
+        return 975.0 if t == 20_000 else (1000.0 if t >= 50_000 else 900.0)
+
+    def jump(t: int) -> float:
+        return 1000.0 if t >= 50_000 else 900.0
+
+    def lim(t: int) -> float:
+        return limit
+
+    assert draws.noise_timed(page_max, near_miss_then_kill, lim, sigma, 50_000, 10) == (
+        page_max + 30_000)
+    assert draws.noise_timed(page_max, jump, lim, sigma, 50_000, 10) == page_max
+    # 969 is 3.1 deviations below the limit: no near miss.
+    assert draws.noise_timed(page_max, lambda t: 969.0 if t < 50_000 else 1000.0, lim,
+                             sigma, 50_000, 10) == page_max
