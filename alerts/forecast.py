@@ -37,14 +37,9 @@ def _pattern_ttl(config: Config) -> str:
     return f"min by {by(*config.group_labels)} (\n    " + "\n  or\n    ".join(parts) + "\n)"
 
 
-def _climb_beyond_pattern(config: Config) -> str:
-    """1 where a climb goes beyond what the recurring peaks and their lasting trend
-    explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
-    yesterday's level is not): where the pattern is known, above the envelope by a
-    margin plus a day of the lasting trend, or by ``fill_beyond_trend_s`` of it while
-    the lasting horizon reaches the limit within the envelope window; where it is not
-    (the figure has only climbed since it appeared), above the unknown-pattern ratio of
-    the limit."""
+def _pattern_ceiling(config: Config) -> str:
+    """The envelope of the peaks plus the margin a recurring climb stays within
+    (``PATTERN_CEILING``): recorded once, read twice by ``_climb_beyond_pattern``."""
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
     envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
@@ -77,6 +72,20 @@ def _climb_beyond_pattern(config: Config) -> str:
         env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
                    f"offset {duration(config.release_window_s)})",
         hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
+    return env
+
+
+def _climb_beyond_pattern(config: Config) -> str:
+    """1 where a climb goes beyond what the recurring peaks and their lasting trend
+    explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
+    yesterday's level is not): where the pattern is known, above the envelope by a
+    margin plus a day of the lasting trend, or by ``fill_beyond_trend_s`` of it while
+    the lasting horizon reaches the limit within the envelope window; where it is not
+    (the figure has only climbed since it appeared), above the unknown-pattern ratio of
+    the limit."""
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    env = q.PATTERN_CEILING
     rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
     return expr(
         """
@@ -208,6 +217,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             peak_headroom=peak_headroom, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
             limit=q.LIMIT, level=lasting_level, hold=hold_lasting,
             pattern=indent(_pattern_ttl(config), 18))),
+        (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
         (q.TIME_TO_LIMIT, expr(
             """

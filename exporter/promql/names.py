@@ -26,6 +26,7 @@ SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
 SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
 GROWTH = "headroom:memory_growth:rate"  # label horizon: short, medium, lasting
 TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
+PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
 TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
 PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
@@ -93,6 +94,10 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
     "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
     "reaches the limit: 1, 2, 3 or 6 h)",
+    PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
+    "plus a margin (1 % of the limit, and the envelope's rise over the release window "
+    "after a release; none where the envelope is what the hour before the last one "
+    "reached: a steady climb's own); the figure CLIMB_BEYOND_PATTERN compares with",
     CLIMB_BEYOND_PATTERN: "1 where the climb now goes beyond what the recurring peaks "
     "explain: above their envelope by a margin and a day of their lasting trend (or by "
     "fill_beyond_trend_s of it while the lasting horizon reaches the limit within a "
