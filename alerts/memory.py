@@ -108,7 +108,8 @@ def critical_condition(config: Config, scale: float) -> str:
             ${fast} < ${fast_confirm}
         or
             clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
-              < on ${g} ${band} * last_over_time(${quiet}[${hold}])
+              < on ${g} ${band} * (last_over_time(${quiet}[${hold}]) < on ${g} ${noise} * ${limit}
+                                   or on ${g} ${noise} * ${limit})
           and on ${g}
             ${lasting_rate}
         )
@@ -116,6 +117,9 @@ def critical_condition(config: Config, scale: float) -> str:
         limit=q.LIMIT, env=env, recent=f"last_over_time({q.HOURLY_MAX}[{hold}])",
         quiet=q.QUIET_SWING, hold=hold, lasting_rate=lasting_rate,
         band=number(config.fill_noise_band_swings * scale),
+        # A swing above the peaks' own noise is no quiet hour (a sawtooth that fills
+        # every hour): its band is the noise's at most.
+        noise=config.fill_beyond_peaks_ratio,
         # The peaks' own forecast: from the envelope of the peaks before the last hour,
         # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
         # released; the next tooth is what the envelope's trend says).

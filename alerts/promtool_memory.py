@@ -174,11 +174,12 @@ def filling_up_warning(cfg: Config) -> Test:
 
 
 def filling_up_noise_band(cfg: Config) -> Test:
-    """A slow leak (1 GiB/day) whose memory swings 1 GiB from sample to sample: at 2d2h
-    the limit drops in place to 0.4 GiB above its peaks. The lasting horizon still says
-    hours (the peaks climb 0.4 GiB in ten), but half the quietest hour's swing is
-    more than what is left: the next excursion is the kill, so it pages within its
-    `for:`. The same leak and gap on a quiet pod (a 64 MiB swing) pages nothing."""
+    """A slow leak (1 GiB/day) whose memory swings 512 MiB from sample to sample (the
+    band is capped at 1 % of the limit, 435 MiB here): at 2d2h the limit drops in place
+    to 150 MiB above its peaks. The lasting horizon still says hours (3.5 h), but half
+    the quietest hour's swing is more than what is left: the next excursion is the
+    kill, so it pages within its `for:`. The same leak and gap on a quiet pod (a 16 MiB
+    swing) pages nothing."""
     rate = per_second(GiB)
     start = 40 * GiB
     on = 2 * DAY + 2 * HOUR
@@ -191,10 +192,10 @@ def filling_up_noise_band(cfg: Config) -> Test:
                                                                    -swing / 2)))
                         for i in range(n))
 
-    pods = {"p": GiB, "q": 64 * MiB}
+    pods = {"p": 512 * MiB, "q": 16 * MiB}
     inputs = [series("up", f"1x{n}")]
     for pod, swing in pods.items():
-        limit_after = level_on + swing / 2 + 0.4 * GiB
+        limit_after = level_on + swing / 2 + 150 * MiB
         inputs += [
             series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on),
                                                    (limit_after, n - n_on)),
@@ -216,7 +217,8 @@ def filling_up_noise_band(cfg: Config) -> Test:
             # The lasting horizon alone says hours: the noise is what pages.
             {"expr": f'{q.TIME_TO_LIMIT}{{pod="p"}} < {cfg.fill_lasting_page_horizon_s}',
              "eval_time": dur(fires), "exp_samples": []},
-            {"expr": page % "q", "eval_time": dur(total), "exp_samples": []},
+            # (Two hours on, its lasting horizon pages it as any leak: 2 h left.)
+            {"expr": page % "q", "eval_time": dur(fires + 30 * MINUTE), "exp_samples": []},
         ],
     }
 
