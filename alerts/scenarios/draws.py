@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from exporter.promql import HOUR, MINUTE
 
 from .recording import FILL, NEAR, RECLAIM, Case, Fn, Key, Recorder, cgroup, process
+from .shapes import first_at_or_above
 
 GiB = 1024**3
 MiB = 1024**2
@@ -103,11 +104,14 @@ def noise_timed(page_max: int, u: Fn, limit: Fn, sigma: float, kill: int,
     is the first excursion that crosses, which no forecast can time: a page at the first
     near miss is "act now", not early. Without a near miss before the kill, ``page_max``
     before the kill."""
-    for t in range(0, kill, step):
-        v, lim = u(t), limit(t)
-        if v is not None and lim is not None and v >= lim - NEAR_MISS_SIGMAS * sigma:
-            return page_max + kill - t
-    return page_max
+    def near(t: int) -> float | None:
+        lim = limit(t)
+        return None if lim is None else lim - NEAR_MISS_SIGMAS * sigma
+
+    try:
+        return page_max + kill - first_at_or_above(u, near, range(0, kill, step))
+    except ValueError:  # no near miss before the kill
+        return page_max
 
 
 def _zero_while(fn: Fn) -> Fn:
