@@ -55,6 +55,11 @@ WHERE = (
 )
 
 
+def binding_clause(config: Config) -> str:
+    """The clause that keeps a per-workload condition on the cgroup whose limit binds."""
+    return f"and on {by(*config.group_labels)} {q.BINDING} == 1"
+
+
 def binding(config: Config, condition: str) -> str:
     """``condition`` (per workload) kept only on the cgroup whose limit binds."""
     return expr(
@@ -62,18 +67,20 @@ def binding(config: Config, condition: str) -> str:
         (
           ${cond}
         )
-        and on ${g} ${binding} == 1
+        ${clause}
         """,
-        cond=indent(condition, 2), g=by(*config.group_labels), binding=q.BINDING,
+        cond=indent(condition, 2), clause=binding_clause(config),
     )
 
 
 def hysteresis(config: Config, alert: str, severity: str, fire: str, clear: str,
-               labels: tuple[str, ...] | None = None) -> str:
+               labels: tuple[str, ...] | None = None, then: str = "") -> str:
     """Fires on ``fire``; once firing, stays while ``clear`` holds (a looser level): a
     condition that flickers on noise does not resolve a notification and send another.
-    ``labels``: what identifies the alert (the group labels unless given)."""
-    return expr(
+    ``labels``: what identifies the alert (the group labels unless given). ``then``:
+    set-operator clauses (``and ...``, ``unless ...``) fire and clear share, written
+    once after both so that Prometheus evaluates them once, not twice."""
+    either = expr(
         """
             ${fire}
         or
@@ -87,6 +94,9 @@ def hysteresis(config: Config, alert: str, severity: str, fire: str, clear: str,
         g=by(*(config.group_labels if labels is None else labels)),
         alert=alert, severity=severity,
     )
+    if not then:
+        return either
+    return f"(\n    {indent(either, 4)}\n)\n{then}"
 
 
 def indent(text: str, n: int) -> str:

@@ -155,6 +155,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
         limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
     envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold_lasting}])"
+    lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold_lasting}])'
     lasting_level = expr(
         "(${env} > max_over_time(${u}[${w}]) or max_over_time(${u}[${w}]))",
         env=envelope, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
@@ -228,6 +229,26 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             )
             """,
             g=gb, ttl=q.TIME_TO_LIMIT_BY_HORIZON, beyond=q.CLIMB_BEYOND_PATTERN)),
+        # What the page reads of the peaks (recorded once for its fire and clear levels,
+        # only where the lasting horizon sees growth): their own forecast, and how close
+        # they came to the limit in units of the memory's noise.
+        (q.ENVELOPE_TIME_TO_LIMIT, expr(
+            "clamp_min(${limit} - ${env}, 0) / on ${g} ${rate}",
+            limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate)),
+        (q.PEAK_HEADROOM_SWINGS, expr(
+            """
+              clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
+            / on ${g}
+              (last_over_time(${quiet}[${hold}]) < on ${g} ${noise} * ${limit}
+               or on ${g} ${noise} * ${limit})
+            and on ${g}
+              ${rate}
+            """,
+            limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
+            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting,
+            # A swing above the peaks' own noise is no quiet hour (a sawtooth that fills
+            # every hour): the unit is the noise's at most.
+            noise=config.fill_beyond_peaks_ratio, rate=lasting_rate)),
         (q.PROCESS_MEMORY, expr(
             "${anon}\n+\n${shm}\nor\n${anon}",
             anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),

@@ -35,18 +35,20 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     old = spans(q.HOURLY_MIN, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
 
-    def rise(name: str, agg: str, lag_s: int = 0) -> str:
-        lag = f" offset {duration(lag_s)}" if lag_s else ""
+    def rise(name: str) -> str:
+        # The figure now minus the same figure recorded one window ago: the window a
+        # day ago was this rule's own a day ago (the group runs at a fixed phase and a
+        # day is a whole number of its intervals), so it is read, not scanned again.
         return expr(
             """
             (
-                ${agg}_over_time(${name}[${bw}]${lag})
-              - ${agg}_over_time(${name}[${bw}] offset ${lag2})
+                ${name}
+              - last_over_time(${name}[${hold}] offset ${bw})
             )
             and on ${g}
             ${old}
             """,
-            agg=agg, name=name, bw=bw, lag=lag, lag2=duration(bw_s + lag_s), g=gb, old=old)
+            name=name, hold=duration(config.lasting_hold_s), bw=bw, g=gb, old=old)
 
     # The growth the binding horizon reads: day over day where the lasting horizon
     # binds the pod, over the last hour otherwise.
@@ -91,25 +93,29 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN), kernel_kind=c.KIND_KERNEL,
             dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
     # The process that grows most, unless what grows most is no process's memory (files
-    # in /dev/shm no process maps, kernel memory, hidden charges).
+    # in /dev/shm no process maps, kernel memory, hidden charges): a constant vector of
+    # the process kinds filters the top kind (reading their growth again would cost a
+    # join over every kind of every cgroup).
+    process_kinds = " or ".join(
+        f'label_replace(vector(1), "kind", "{k}", "", "")' for k in PROCESS_KINDS)
     named = expr(
         """
         (${top_process}) > 0
         unless on ${g}
-        (${top_kind} and ${kg} > 0 unless ${kg_process})
+        (${top_kind} > 0 unless on (kind) (${process_kinds}))
         """,
-        top_process=indent(top_process, 2), g=gb, top_kind=top_kind, kg=kg(),
-        kg_process=kg(*PROCESS_KINDS))
+        top_process=indent(top_process, 2), g=gb, top_kind=top_kind,
+        process_kinds=process_kinds)
     rules_: list[tuple[str, str]] = [
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
-        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.HOURLY_MIN, "min")),
+        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE)),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
-        (q.PEAK_ENVELOPE_RISE, rise(q.HOURLY_MAX, "max", config.hourly_window_s)),
+        (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         (q.QUIET_SWING, f"min_over_time({q.HOURLY_RANGE}[{bw}])"),
         # What the pattern is: a release (the last hour fell below the peaks before it:
@@ -127,7 +133,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             "max by ${g} (present_over_time(${sign}{sign=\"release\"}[${w}]))",
             g=gb, sign=q.PATTERN_SIGN, w=duration(config.release_window_s))),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
-        (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_HOURLY_MIN, "min")),
+        (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),
+        (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_BASELINE)),
         # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
         # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
         # peaks did not) is no lasting growth.
@@ -155,20 +162,25 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),
+        (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
         (q.KIND_LASTING_GROWTH, per_kind(day_over_day)),
         (q.PROCESS_LASTING_GROWTH, day_over_day(q.PROCESS_MEMORY)),
         # A process is named when the kind that grows most is a process's (anon, shmem)
-        # or no kind is reported; else the kind alone (/dev/shm files, kernel memory).
+        # or no kind is reported (then it is anon's); else the kind alone (/dev/shm
+        # files, kernel memory). Each growth is read twice at most: it is the costliest
+        # rule of the group.
         (q.TOP_GROWER, expr(
             """
             (
                 (${named})
               * on ${g} group_left (kind)
-                (topk by ${g} (1, ${kg}) * 0 + 1)
-              or on ${g}
-                label_replace(${named}, "kind", "${anon}", "", "")
+                (
+                    topk by ${g} (1, ${kg}) * 0 + 1
+                  or on ${g}
+                    label_replace(${binding}, "kind", "${anon}", "", "") * 0 + 1
+                )
               or on ${g}
                 ${top_kind}
             )

@@ -13,6 +13,7 @@ from .build import (
     Rule,
     alerting_rule,
     binding,
+    binding_clause,
     exported,
     hysteresis,
     min_time_to_limit,
@@ -31,7 +32,7 @@ def _top_grower(config: Config) -> str:
     return (
         f'{{{{ range printf "{q.TOP_GROWER}{{{matchers}}} * 86400" {args} | query }}}}'
         "{{ with .Labels.process }}{{ . }} {{ end }}{{ .Labels.kind }} "
-        "+{{ .Value | humanize1024 }}B/day{{ end }}"
+        "+{{ .Value | humanize1024 }}B/day{{ else }}no process or kind recorded{{ end }}"
         f'{{{{ range printf "{q.KIND_GROWTH}{{{pod_m},container=\\"\\",'
         f'kind=\\"{q.KIND_DEV_SHM}\\"}}'
         f' * 86400" {pod_args} | query }}}}; /dev/shm '
@@ -85,13 +86,12 @@ def critical_condition(config: Config, scale: float) -> str:
       (``QUIET_SWING``): the next excursion like those of the quietest hour kills.
     """
     g = by(*config.group_labels)
-    hold = duration(config.lasting_hold_s)
-    env = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
-    lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
 
     def h(seconds: int) -> str:
         return number(round(seconds * scale))
 
+    # Each term reads a recorded series that exists only where something grows: the
+    # page's fire and clear levels cost a few joins over those, not over every cgroup.
     return expr(
         """
         min by ${g} (${ttl})
@@ -107,28 +107,19 @@ def critical_condition(config: Config, scale: float) -> str:
           and on ${g}
             ${fast} < ${fast_confirm}
         or
-            clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
-              < on ${g} ${band} * (last_over_time(${quiet}[${hold}]) < on ${g} ${noise} * ${limit}
-                                   or on ${g} ${noise} * ${limit})
-          and on ${g}
-            ${lasting_rate}
+            ${swings} < ${band}
         )
         """,
-        limit=q.LIMIT, env=env, recent=f"last_over_time({q.HOURLY_MAX}[{hold}])",
-        quiet=q.QUIET_SWING, hold=hold, lasting_rate=lasting_rate,
-        band=number(config.fill_noise_band_swings * scale),
-        # A swing above the peaks' own noise is no quiet hour (a sawtooth that fills
-        # every hour): its band is the noise's at most.
-        noise=config.fill_beyond_peaks_ratio,
+        g=g, ttl=q.TIME_TO_LIMIT, fast=min_time_to_limit(config, "short|medium"),
+        lasting=min_time_to_limit(config, "lasting"),
         # The peaks' own forecast: from the envelope of the peaks before the last hour,
         # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
         # released; the next tooth is what the envelope's trend says).
-        env_ttl=f"(clamp_min({q.LIMIT} - {env}, 0) / on {g} {lasting_rate})",
-        g=g, ttl=q.TIME_TO_LIMIT, fast=min_time_to_limit(config, "short|medium"),
-        lasting=min_time_to_limit(config, "lasting"),
-        pattern_page=h(config.fill_pattern_page_horizon_s),
+        env_ttl=q.ENVELOPE_TIME_TO_LIMIT,
+        swings=q.PEAK_HEADROOM_SWINGS, band=number(config.fill_noise_band_swings * scale),
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
+        pattern_page=h(config.fill_pattern_page_horizon_s),
         lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),
         fast_confirm=h(config.fill_fast_confirm_horizon_s),
@@ -161,22 +152,37 @@ def _crash_loop_hold(config: Config) -> str:
     )
 
 
+def _noise_band_query(config: Config, below: float) -> str:
+    """Go template pipeline: the alert's PEAK_HEADROOM_SWINGS below ``below``."""
+    matchers = ",".join(f"{x}=%q" for x in config.group_labels)
+    args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    return f'printf "{q.PEAK_HEADROOM_SWINGS}{{{matchers}}} < {number(below)}" {args} | query'
+
+
 def filling_up_critical(config: Config) -> Rule:
     name = "HeadroomMemoryFillingUp"
     clear = config.fill_critical_clear_horizon_s / config.fill_critical_horizon_s
-    condition = hysteresis(config, name, "critical",
-                           binding(config, critical_condition(config, 1)),
-                           binding(config, critical_condition(config, clear) + "\nor\n"
-                                   + _crash_loop_hold(config)))
+    condition = hysteresis(config, name, "critical", critical_condition(config, 1),
+                           critical_condition(config, clear) + "\nor\n"
+                           + _crash_loop_hold(config), then=binding_clause(config))
+    band = config.fill_noise_band_swings
+    # Paged by the noise band, the time to limit is the trend's (hours): the summary
+    # says what pages instead, the peaks within the memory's own noise of the limit.
     return alerting_rule(
         config, name, condition, "critical", config.fill_critical_for_s,
-        "{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "
-        "{{ $value | humanizeDuration }}.",
+        f"{{{{ if {_noise_band_query(config, band)} }}}}"
+        "{{ $labels.namespace }}/{{ $labels.pod }} is within the noise of its memory "
+        "limit: one more swing like its quietest hour's OOM-kills it."
+        "{{ else }}{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "
+        "{{ $value | humanizeDuration }}.{{ end }}",
         f"Unreclaimable memory of {WHERE} reaches the "
         f"{workload_query(config, q.LIMIT, 'humanize1024')}B limit in "
         f"{_ttl_text(config)}; "
         f"{workload_query(config, q.HEADROOM, 'humanize1024')}B are left "
         f"({workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used). "
+        f"{{{{ range {_noise_band_query(config, clear * band)} }}}}Its peaks are "
+        "{{ printf \"%.2f\" .Value }} of its quietest hour's swings below the limit "
+        f"(it pages below {number(band)}). {{{{ end }}}}"
         f"What grows: {_top_grower(config)}. Act now: the kernel OOM-kills the pod when "
         f"it gets there.",
     )
@@ -187,6 +193,7 @@ def near_limit(config: Config) -> Rule:
     # FillingUp's: a slow leak in a big limit sits above 95 % for days before its kill.
     # This pages a pod that sits at its limit without growing.
     name = "HeadroomMemoryNearLimit"
+    g = by(*config.group_labels)
     # ...and only when what is left (below the recent peak) is within the memory's own
     # swing of the last hour, or under a floor: that swing, come again, is the kill.
     def cond(ratio: float, swings: float) -> str:
@@ -198,20 +205,27 @@ def near_limit(config: Config) -> Rule:
               < on ${g}
             ${k} * (last_over_time(${range}[${hold}]) > on ${g} ${floor} * ${limit}
                     or on ${g} ${floor} * ${limit})
-            unless on ${g} max by ${g} (max_over_time(${growth}[${bw}]))
             """,
-            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
+            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=g,
             limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s), k=swings,
             range=q.HOURLY_RANGE, hold=duration(config.lasting_hold_s),
             floor=config.near_limit_min_headroom_ratio,
-            growth=q.GROWTH, bw=duration(config.baseline_window_s),
         )
 
-    fire = cond(config.near_limit_ratio, 1)
-    clear = cond(config.near_limit_clear_ratio, 2)
+    # Growth now, or recorded as seen by the lasting group within the envelope window
+    # (GREW: reading a day of every growth series each minute was this alert's cost).
+    not_growing = expr(
+        """
+        unless on ${g} ${growth}
+        unless on ${g} max_over_time(${grew}[${bw}])
+        ${binding}
+        """,
+        g=g, growth=q.GROWTH, grew=q.GREW, bw=duration(config.baseline_window_s),
+        binding=binding_clause(config))
+    condition = hysteresis(config, name, "critical", cond(config.near_limit_ratio, 1),
+                           cond(config.near_limit_clear_ratio, 2), then=not_growing)
     return alerting_rule(
-        config, name, hysteresis(config, name, "critical", binding(config, fire),
-                                 binding(config, clear)), "critical",
+        config, name, condition, "critical",
         config.near_limit_for_s,
         "{{ $labels.namespace }}/{{ $labels.pod }} has almost no reclaimable memory left.",
         f"Memory the kernel cannot reclaim is at {{{{ $value | humanizePercentage }}}} of "
@@ -223,22 +237,22 @@ def near_limit(config: Config) -> Rule:
 def reclaim_at_limit(config: Config) -> Rule:
     # max, not sum, over instances: two exporters overlapping in a rollout see one counter.
     name = "HeadroomMemoryReclaimAtLimit"
+    g = by(*config.group_labels)
 
     def cond(ratio: float) -> str:
-        return expr(
-            """
-            ${ratio} > ${threshold}
-            and on ${g}
-            max by ${g} (rate(${events}[${w}])) > 0
-            """,
-            ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=by(*config.group_labels),
-            events=exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_MAX),
-            w=duration(config.reclaim_window_s),
-        )
+        return f"{q.UNRECLAIMABLE_RATIO} > {ratio}"
 
-    condition = hysteresis(config, name, "warning",
-                           binding(config, cond(config.high_ratio)),
-                           binding(config, cond(config.high_clear_ratio)))
+    # The reclaim counter's rate is read once for fire and clear.
+    reclaiming = expr(
+        """
+        and on ${g}
+        max by ${g} (rate(${events}[${w}])) > 0
+        ${binding}
+        """,
+        g=g, events=exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_MAX),
+        w=duration(config.reclaim_window_s), binding=binding_clause(config))
+    condition = hysteresis(config, name, "warning", cond(config.high_ratio),
+                           cond(config.high_clear_ratio), then=reclaiming)
     return alerting_rule(
         config, name, condition, "warning",
         config.reclaim_for_s,

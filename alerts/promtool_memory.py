@@ -209,6 +209,27 @@ def filling_up_noise_band(cfg: Config) -> Test:
         "name": "HeadroomMemoryFillingUp critical: the peaks within the noise of the limit",
         "interval": dur(LONG_STEP),
         "input_series": inputs,
+        # The page says why it pages (the noise, not the trend's hours).
+        "alert_rule_test": [{
+            "eval_time": dur(fires),
+            "alertname": "HeadroomMemoryFillingUp",
+            "exp_alerts": [{
+                "exp_labels": {"severity": "critical", **workload("p")},
+                "exp_annotations": {
+                    "summary": "ns/p is within the noise of its memory limit: one more "
+                               "swing like its quietest hour's OOM-kills it.",
+                    "description": (
+                        "Unreclaimable memory of container vllm of pod ns/p reaches the "
+                        "42.48GiB limit in 3h 25m 55s (the lasting horizon binds); "
+                        "146.4MiB are left (99.66% used). Its peaks are 0.35 of its "
+                        "quietest hour's swings below the limit (it pages below 0.5). "
+                        "What grows: no process or kind recorded. Act now: the kernel "
+                        "OOM-kills the pod when it gets there."
+                    ),
+                    "runbook_url": cfg.runbook_url("HeadroomMemoryFillingUp"),
+                },
+            }],
+        }],
         "promql_expr_test": [
             {"expr": page % "p", "eval_time": dur(fires - LONG_STEP), "exp_samples": []},
             {"expr": page % "p", "eval_time": dur(fires), "exp_samples": [{

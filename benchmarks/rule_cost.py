@@ -8,17 +8,17 @@ vLLM series; one container in ten leaks 3 % of its limit a day) is scraped every
 by a real Prometheus (the Debian package) evaluating the shipped rules
 (`alerts/headroom.rules.yaml`) at the default 1 m evaluation interval.
 
-The history each rule reads is backfilled first with `promtool tsdb
-create-blocks-from openmetrics`, and only that (`HISTORY`): the 1-minute recorded
-figures over the windows read (the last hour, the same hour a day ago for the
-day-over-day rises, 6 h of /dev/shm for its forecast, a day of the growth a leak
-records), the lasting group's 5-minute figures over the two days and an hour its
-rises read, and the raw `memory.events` counters over the hour and ten minutes the
-OOM alert reads. The other raw series are read over at most 15 minutes: the scrapes
-fill those windows before the lasting group's second round is measured. The
-backfill is one OpenMetrics file per 6-hour block (promtool reads its whole input
-once per block it writes), converted two at a time; Prometheus runs with 6-hour
-blocks at most, so no compaction runs while the rules are measured.
+The history each rule reads is backfilled first with `promtool tsdb create-blocks-from
+openmetrics`, and only that (`HISTORY`): the 1-minute recorded figures over the
+windows read (the last hour, the same hour a day ago for the day-over-day growth, 6 h
+of /dev/shm for its forecast), the lasting group's 5-minute figures over the day and
+two hours its floors, envelope and pattern read, their own figures a day ago (what the
+rises read), a day of what grew, and the raw `memory.events` counters over the hour
+and ten minutes the OOM alert reads. The other raw series are read over at most 15
+minutes: the scrapes fill those windows before the lasting group's second round is
+measured. The backfill is one OpenMetrics file per 6-hour block (promtool reads its
+whole input once per block it writes), converted two at a time; Prometheus runs with
+6-hour blocks at most, so no compaction runs while the rules are measured.
 
 Then it waits until the lasting group has evaluated ``--lasting-rounds`` times and
 the others at least three times and prints, per group,

@@ -1,7 +1,6 @@
-"""The synthetic node of the rule benchmarks (`benchmarks.rule_cost`,
-`benchmarks.rule_forms`): its exposition, the history its rules read backfilled with
-promtool, and a real Prometheus over both (`benchmarks.rule_cost` says what the node
-holds and why the history is what it is).
+"""The synthetic node of the rule benchmark (`benchmarks.rule_cost`): its exposition,
+the history its rules read backfilled with promtool, and a real Prometheus over both
+(`benchmarks.rule_cost` says what the node holds and why the history is what it is).
 """
 
 from __future__ import annotations
@@ -129,6 +128,10 @@ def _day_ago(hours: float = 1) -> Span:
 
 
 RECENT_HOUR: Span = (HOUR + MINUTE, 0, MINUTE)
+# A lasting figure read a day ago (last_over_time([15m] offset 1d)), and the guard that
+# the series spans both windows (present_over_time([15m] offset 2d1h45m)).
+A_DAY_AGO_HELD: Span = (DAY + 20 * MINUTE, DAY - 5 * MINUTE, 300)
+SPANS_GUARD: Span = (2 * DAY + 2 * HOUR + 5 * MINUTE, 2 * DAY + HOUR + 40 * MINUTE, 300)
 # Family -> its rows and the spans the rules read (windows plus offsets, rounded up to
 # a step), from alerts/headroom.rules.yaml.
 HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
@@ -140,21 +143,26 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     (q.HIDDEN, "hidden", (RECENT_HOUR, _day_ago())),  # deriv[1h], [1h] offset 1d
     (q.SLOPE_SHORT, "slope", ((7 * MINUTE, 0, MINUTE),)),  # min_over_time[6m]
     (q.SLOPE_MEDIUM, "slope", ((31 * MINUTE, 0, MINUTE),)),  # min_over_time[30m]
-    (q.GROWTH + "\thorizon=medium", "leak", ((DAY, 0, MINUTE),)),  # max_over_time[1d]
+    (q.GROWTH + "\thorizon=medium", "leak", ((16 * MINUTE, 0, MINUTE),)),  # instant
     (q.MEMORY_KIND, "kind", (RECENT_HOUR, _day_ago())),
     (q.PROCESS_MEMORY, "process", (RECENT_HOUR, _day_ago())),
     # predict_linear[6h], deriv[1h], avg_over_time[1h] offset 1d
     (q.TMPFS_USED, "tmpfs", ((6 * HOUR + MINUTE, 0, MINUTE), _day_ago())),
     (q.VLLM_UP, "one", (RECENT_HOUR,)),  # max_over_time[1h]
-    # The lasting group, every 5 min: rises over [1d] offset 1d (the maxima an hour
-    # later), present_over_time[1h] offset 1d23h.
-    (q.HOURLY_MAX, "level", ((2 * DAY + 2 * HOUR, 0, 300),)),
-    (q.HOURLY_MIN, "level", ((2 * DAY + 5 * MINUTE, 0, 300),)),
-    (q.HIDDEN_HOURLY_MIN, "hidden", ((2 * DAY + 5 * MINUTE, 0, 300),)),
+    # The lasting group, every 5 min: the floors and the envelope over [1d] (the
+    # maxima an hour later, and a day ahead of the pattern), their own figures a day
+    # ago ([15m] offset 1d), the guard present_over_time[15m] offset 2d1h45m, and a
+    # day of what grew and of vLLM's answers.
+    (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, 300),)),
+    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, 300), SPANS_GUARD)),
+    (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, 300),)),
     (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, 300),)),
+    (q.UNRECLAIMABLE_BASELINE, "level", (A_DAY_AGO_HELD,)),
+    (q.HIDDEN_BASELINE, "hidden", (A_DAY_AGO_HELD,)),
+    (q.PEAK_ENVELOPE, "level", ((15 * MINUTE, 0, 300), A_DAY_AGO_HELD)),
     (q.GROWTH + "\thorizon=lasting", "leak", ((DAY + 5 * MINUTE, 0, 300),)),
+    (q.GREW, "leak", ((DAY + 5 * MINUTE, 0, 300),)),  # max_over_time[1d]
     (q.VLLM_ANSWERED, "one", ((DAY + 5 * MINUTE, 0, 300),)),  # max_over_time[1d]
-    (q.PEAK_ENVELOPE, "level", ((15 * MINUTE, 0, 300),)),  # last_over_time[15m]
     (q.HOURLY_RANGE, "range", ((15 * MINUTE, 0, 300),)),
 )
 

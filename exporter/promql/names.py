@@ -29,6 +29,8 @@ TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
 TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
+ENVELOPE_TIME_TO_LIMIT = "headroom:memory_envelope_time_to_limit:seconds"
+PEAK_HEADROOM_SWINGS = "headroom:memory_peak_headroom:swings"
 PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
 PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
 MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
@@ -53,7 +55,9 @@ PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
+GREW = "headroom:memory_grew:bool"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
+HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
 KIND_GROWTH = "headroom:memory_kind_growth:rate"  # per workload and kind
 PROCESS_GROWTH = "headroom:process_memory_growth:rate"  # per workload and process
@@ -105,6 +109,13 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     TIME_TO_LIMIT: "the soonest forecast that counts, one series per cgroup: short and "
     "medium only where the climb goes beyond the pattern, lasting always; label horizon "
     "says which binds. The page reads this",
+    ENVELOPE_TIME_TO_LIMIT: "seconds until the envelope of the peaks (before the last "
+    "hour) reaches the limit in force now at the lasting rate: the peaks' own forecast, "
+    "which a tooth climbing now does not move; present only with lasting growth",
+    PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
+    "hour's highest figure above it) in quietest-hour swings (QUIET_SWING, at most 1 % "
+    "of the limit), present only with lasting growth: below half a swing the next "
+    "excursion like the quietest hour's reaches the limit (the page's noise band)",
     PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
     PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
     MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
@@ -147,10 +158,13 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
+    HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus a period of lasting "
     "growth (absent without lasting growth)",
+    GREW: "1 where some horizon's growth estimate was present within the hold window: "
+    "NearLimit reads a day of these, not a day of every growth series",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
     KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "

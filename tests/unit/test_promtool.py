@@ -83,7 +83,7 @@ def test_scaled_config_rules_are_valid(tmp_path: Path) -> None:
     path.write_text(generate.rules_yaml(fast))
     out = _promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "[2m] offset 2m" in path.read_text()
+    assert "[2m])" in path.read_text() and "offset 2m)" in path.read_text()
     assert f'interval: {promql_duration(fast.lasting_interval_s)}' in path.read_text()
 
 
