@@ -23,7 +23,9 @@ whole input once per block it writes), converted two at a time; Prometheus runs 
 Then it waits until the lasting group has evaluated ``--lasting-rounds`` times and
 the others at least three times and prints, per group,
 `prometheus_rule_group_last_duration_seconds` (the wall time of its last round, and
-of every round seen), the samples it wrote in that round, the number of series the
+of every round seen), each group's round with every rule queried alone (the groups
+run at once on the same cores, so each wall time also holds the others' share), the
+samples it wrote in that round, the number of series the
 rules record, the costliest rules (`evaluationTime` of /api/v1/rules), the load
 average while it measured, and the time each phase took.
 """
@@ -36,7 +38,10 @@ import os
 import time
 import urllib.parse
 
+import yaml
+
 from alerts.generate import rules_yaml
+from exporter.promql import CONFIG
 
 from .rule_node import fetch, prometheus_over_history, self_metric
 
@@ -55,6 +60,25 @@ def costliest(prom: str, n: int = 10) -> list[dict[str, object]]:
          "s": round(r["evaluationTime"], 3)}
         for g in groups for r in g["rules"]]
     return sorted(rules, key=lambda r: -float(str(r["s"])))[:n]
+
+
+LASTING_ROUND_MINUTES = CONFIG.lasting_interval_s / 60
+
+
+def isolated(prom: str, runs: int = 2) -> dict[str, float]:
+    """Each rule's expression queried alone at the moment (Prometheus' own
+    ``evalTotalTime``, the least of ``runs``), summed per group: the cost of a round
+    without the other groups, which Prometheus evaluates at the same time on the same
+    cores (so each group's wall time above also holds the others' share)."""
+    out: dict[str, float] = {}
+    for group in yaml.safe_load(rules_yaml())["groups"]:
+        for rule in group["rules"]:
+            args = urllib.parse.urlencode({"query": rule["expr"], "stats": "all"})
+            took = min(
+                float(json.loads(fetch(f"{prom}/api/v1/query?{args}"))["data"]["stats"]
+                      ["timings"]["evalTotalTime"]) for _ in range(runs))
+            out[group["name"]] = out.get(group["name"], 0.0) + took
+    return {g: round(s, 2) for g, s in out.items()}
 
 
 def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
@@ -92,6 +116,7 @@ def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, obje
         groups = self_metric(prom, "prometheus_rule_group_last_duration_seconds")
         written = self_metric(prom, "prometheus_rule_group_last_evaluation_samples")
         top = costliest(prom)
+        alone = isolated(prom)
         recorded = _count(prom, '{__name__=~"headroom:.+"}')
         series = _count(prom, '{__name__=~".+"}')
     return {
@@ -105,6 +130,11 @@ def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, obje
         "group_last_samples": written,
         "rule_set_duration_s": round(sum(groups.values()), 3),
         "costliest_rules": top,
+        "isolated_round_s": alone,
+        # Per minute: the 1-minute groups' rounds plus the lasting group's share.
+        "isolated_per_minute_s": round(sum(
+            s / (LASTING_ROUND_MINUTES if g == "headroom.lasting" else 1)
+            for g, s in alone.items()), 2),
         "recorded_series": recorded, "series": series,
     }
 

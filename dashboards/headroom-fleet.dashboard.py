@@ -63,6 +63,7 @@ TIME_TO_LIMIT_NAMED = name_pod_cgroup(
 TOP_GROWERS = on_binding("max", r.TOP_GROWER,
                          ("namespace", "pod", "container", "process", "kind"))
 HEADROOM = on_binding("min", r.HEADROOM)
+PEAK_SWINGS = on_binding("min", r.PEAK_HEADROOM_SWINGS)
 RATIO = on_binding("max", r.UNRECLAIMABLE_RATIO)
 KILLS_IN_RANGE = in_scope(oom_kills(RANGE, NAMESPACE))
 
@@ -113,10 +114,15 @@ def panels(k: Knobs) -> list[Panel]:
             "Pods ranked by time to limit",
             "One row per pod, on its binding cgroup (the forecast's "
             f"{r.BINDING}); sorted by the recorded time to limit ({r.TIME_TO_LIMIT}; empty: "
-            "no horizon forecasts a kill), then sort by any column, e.g. headroom. The pod "
-            "name opens the pod dashboard.",
+            "no horizon forecasts a kill), then sort by any column, e.g. headroom. Peaks to "
+            f"limit ({r.PEAK_HEADROOM_SWINGS}): the headroom above the peaks in the memory's "
+            "quietest-hour swings, for a pod that keeps growing; below "
+            f"{k.config.fill_noise_band_swings:g} the page fires whatever the time to limit "
+            "says (the next excursion reaches the limit). The pod name opens the pod "
+            "dashboard.",
             [
                 ("Time to limit", TIME_TO_LIMIT, "s"),
+                ("Peaks to limit (quiet swings)", PEAK_SWINGS, "none"),
                 ("Headroom", HEADROOM, "bytes"),
                 ("Unreclaimable / limit", RATIO, "percentunit"),
                 (f"Growth since baseline ({k.baseline} or start)", rise, "bytes"),

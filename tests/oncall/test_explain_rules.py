@@ -283,3 +283,29 @@ def test_what_grows_is_the_pages_series_when_there_is_a_forecast() -> None:
     text = x.to_text(d)
     assert "EngineCore anon (top grower)" in text and "growth         short -" in text
     assert "trend          1h" not in text
+
+
+def test_peaks_within_the_noise_of_the_limit_are_the_reason_not_the_trends_hours() -> None:
+    """The page's noise band (PEAK_HEADROOM_SWINGS below 0.5): explain gives it as the
+    reason with the swings, beside the trend's time to limit; just outside it, only
+    the figure."""
+    from exporter.oncall import forecast as fc
+    leak = 0.6 * GiB / DAY
+
+    def explained(swings: float) -> tuple[list[str], str]:
+        f = fc.Forecast("llm", "vllm-0", "vllm", 80 * GiB, 79.8 * GiB, True,
+                        {"lasting": leak}, 79.85 * GiB, 3.5 * 3600, "lasting",
+                        fc.Grower("anon", "EngineCore", leak), fc.RECORDED,
+                        peak_swings=swings)
+        d = diagnose(ev(cgroup("vllm", 80 * GiB, growing(79.8 * GiB, 0.6 * GiB)),
+                        forecasts=(f,)))
+        assert d.verdict == AT_RISK
+        return list(d.reasons), x.to_text(d)
+
+    reasons, text = explained(0.35)
+    assert any("within the noise of the limit (0.35 of its quietest hour's swing)" in r
+               for r in reasons), reasons
+    assert "peaks          0.35 quietest-hour swings below the limit (the page fires " \
+           "below 0.5)" in text
+    reasons, text = explained(0.8)
+    assert not any("noise" in r for r in reasons) and "0.80 quietest-hour swings" in text

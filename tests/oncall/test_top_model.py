@@ -4,6 +4,7 @@ sorting, filtering, the keys and the lines drawn. (The real terminal is in
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from exporter.oncall.top import (
     sort_rows,
     width_of,
 )
+from exporter.oncall.top.rows import row_of
 from exporter.promql import CONFIG
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "v1-cgroupfs-containerd-gpu-vllm.prom"
@@ -348,3 +350,48 @@ def test_the_mirror_names_the_rule_it_mirrors_step_by_step() -> None:
     # No envelope yet (a young pod): any horizon.
     assert fc.soonest(fc.time_to_limit_by_horizon(16.0, 8.0, 8.0, {"medium": 2.0}, None,
                                                   w)) == (4.0, "medium")
+
+
+def _leak_with_noise(swing: float, days: float = 3.0, rate: float = GiB / 86400,
+                     base: float = 40 * GiB) -> list[tuple[float, float]]:
+    """A leak sampled every minute whose figure swings ``swing`` from sample to sample."""
+    return [(i * 60.0, base + rate * i * 60.0 + (swing / 2 if i % 2 else -swing / 2))
+            for i in range(int(days * 86400 / 60))]
+
+
+def test_the_peaks_noise_band_is_read_in_quiet_swings_and_capped_by_the_limit() -> None:
+    """PEAK_HEADROOM_SWINGS's mirror: the headroom above the peaks over the quietest
+    hour's swing, that swing counted at most 1 % of the limit, only with lasting growth."""
+    w = fc.Windows.of()
+    rate = GiB / 86400
+    pts = _leak_with_noise(512 * MiB, rate=rate, base=80 * GiB)  # 1 % of it: 0.83 GiB
+    now = pts[-1][0]
+    peak = max(v for t, v in pts if t > now - 3600)
+    # An hour's range: the swing plus an hour (less a minute) of the leak.
+    unit = 512 * MiB + rate * 3540
+    limit = peak + 150 * MiB
+    swings = fc.peak_headroom_swings(pts, now, w, limit, rate)
+    assert swings == pytest.approx(150 * MiB / unit, rel=0.01)
+    assert swings < fc.NOISE_BAND_SWINGS
+    # No lasting growth: no figure (the page's branch needs it).
+    assert fc.peak_headroom_swings(pts, now, w, limit, None) is None
+    # A 4 GiB swing in a 100 GiB limit counts as 1 GiB: a sawtooth has no quiet hour.
+    wild = _leak_with_noise(4 * GiB, rate=rate)
+    top = max(v for t, v in wild if t > now - 3600)
+    assert fc.peak_headroom_swings(wild, now, w, 100 * GiB, rate) == \
+        pytest.approx((100 * GiB - top) / (0.01 * 100 * GiB), rel=1e-6)
+
+
+def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
+    """The page fires on the noise band whatever the trend's hours say: top shows
+    "in noise" under TO LIMIT, styles it and sorts it above a sooner time to limit."""
+    noisy = fc.Forecast("llm", "slow", "vllm", 80 * GiB, 79.9 * GiB, True,
+                        {"lasting": 1e4}, 79.9 * GiB, 4 * 3600.0, "lasting",
+                        peak_swings=0.35)
+    soon = fc.Forecast("llm", "fast", "vllm", 80 * GiB, 60 * GiB, True, {"short": 1e6},
+                       None, 3600.0, "short", peak_swings=None)
+    calm = dataclasses.replace(noisy, pod="calm", peak_swings=0.6)
+    rows = [row_of(f) for f in (soon, noisy, calm)]
+    to_limit = next(c for c in COLUMNS if c.title == "TO LIMIT")
+    assert [to_limit.value(r, 0.0) for r in rows] == ["60 min", "in noise", "4.0 h"]
+    assert [r.pod for r in sort_rows(rows, "t")] == ["slow", "fast", "calm"]

@@ -37,7 +37,7 @@ from exporter.oncall.diagnosis.verdict import (
     Diagnosis,
     Kill,
 )
-from exporter.oncall.forecast import HORIZONS, tightest
+from exporter.oncall.forecast import HORIZONS, NOISE_BAND_SWINGS, tightest
 from exporter.oncall.units import fit, fmt_bytes, fmt_duration, fmt_rate, where
 
 
@@ -88,7 +88,8 @@ def _from_forecast(ev: Evidence) -> tuple[CgroupEvidence, Closeness]:
         _closeness(cg), limit=f.limit, unreclaimable=f.unreclaimable, headroom=f.headroom,
         ratio=f.ratio, lasting_rate=f.rate, time_to_limit_s=f.time_to_limit,
         horizon=f.horizon, source=f.source,
-        by_horizon=tuple((h, f.growth[h]) for h in HORIZONS if h in f.growth))
+        by_horizon=tuple((h, f.growth[h]) for h in HORIZONS if h in f.growth),
+        peak_swings=f.peak_swings)
 
 
 def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
@@ -121,6 +122,12 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         reasons.append(f"it reaches the limit in about {fmt_duration(close.time_to_limit_s)}"
                        + (f" ({HORIZON_WORDS[close.horizon]})" if close.horizon in
                           HORIZON_WORDS else ""))
+    if close.peak_swings is not None and close.peak_swings < NOISE_BAND_SWINGS:
+        # The page's noise band: the trend's hours do not time this kill, the next
+        # excursion does.
+        reasons.append(f"its peaks are within the noise of the limit ({close.peak_swings:.2f} "
+                       "of its quietest hour's swing): the next excursion like it reaches "
+                       "the limit")
     if climb is not None:
         reasons.append(f"it climbs {fmt_rate(close.trend_1h)} now: the limit in about "
                        f"{fmt_duration(climb)} at this rate (too fresh for the forecast's "

@@ -27,6 +27,9 @@ from exporter.promql import HORIZONS as PROMQL_HORIZONS
 CONTRACT = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT,
             TOP_GROWER)
 HORIZONS = PROMQL_HORIZONS
+# The page's noise band (alerts.memory): the peaks fewer quietest-hour swings below the
+# limit than this page, whatever the trend's time to limit says.
+NOISE_BAND_SWINGS = CONFIG.fill_noise_band_swings
 # In order of preference on a tie: /dev/shm files are shmem too, and the more specific
 # name says where to look.
 GROWER_KINDS = (KIND_DEV_SHM, KIND_ANON, KIND_SHMEM, KIND_KERNEL, KIND_HIDDEN)
@@ -65,6 +68,9 @@ class Forecast:
     # processes.
     kind_growth: Mapping[str, float] = field(default_factory=dict)
     process_growth: Mapping[str, float] = field(default_factory=dict)
+    # PEAK_HEADROOM_SWINGS: the headroom above the peaks in quietest-hour swings, with
+    # lasting growth only; the page fires below Config.fill_noise_band_swings.
+    peak_swings: float | None = None
 
     @property
     def key(self) -> Workload:
@@ -73,6 +79,11 @@ class Forecast:
     @property
     def headroom(self) -> float:
         return max(0.0, self.limit - self.unreclaimable)
+
+    @property
+    def in_noise_band(self) -> bool:
+        """The peaks within the page's noise band of the limit (PEAK_HEADROOM_SWINGS)."""
+        return self.peak_swings is not None and self.peak_swings < NOISE_BAND_SWINGS
 
     @property
     def ratio(self) -> float:

@@ -25,6 +25,7 @@ from exporter.oncall.forecast.series import (
     envelope,
     growth,
     highest,
+    lowest,
     pattern_signs,
     slope,
 )
@@ -42,6 +43,7 @@ from exporter.promql import CONFIG, KIND_DEV_SHM, KIND_HIDDEN, Config
 #                             last hour
 #   TIME_TO_LIMIT_BY_HORIZON  time_to_limit_by_horizon
 #   TIME_TO_LIMIT             soonest: bottomk(1) of the above, with its horizon
+#   PEAK_HEADROOM_SWINGS      peak_headroom_swings (QUIET_SWING its unit)
 #   KIND_GROWTH               kind_growth: the last hour's deriv per kind
 #   PROCESS_GROWTH            process_growth: the last hour's deriv per process
 #   TOP_GROWER                top_grower (on the binding cgroup only: mark_binding)
@@ -121,6 +123,30 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         if r is not None and r > 0 and beyond:
             out[h] = max(0.0, limit - recent_peak) / r
     return out
+
+
+def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit: float,
+                         lasting_rate: float | None) -> float | None:
+    """PEAK_HEADROOM_SWINGS: the headroom above the peaks (the envelope, or the last
+    hour's highest figure above it) in quietest-hour swings: QUIET_SWING, the smallest
+    hourly range at the lasting evaluations of the envelope window, counted at most
+    ``beyond_ratio`` of the limit. None without lasting growth or without a swing."""
+    if lasting_rate is None or lasting_rate <= 0:
+        return None
+    ranges = []
+    t = now - w.baseline + w.lasting_interval
+    while t <= now + 1e-9:
+        low, high = lowest(points, t - w.hour, t), highest(points, t - w.hour, t)
+        if low is not None and high is not None:
+            ranges.append(high - low)
+        t += w.lasting_interval
+    unit = min(min(ranges, default=0.0), w.beyond_ratio * limit)
+    recent = highest(points, now - w.hour, now)
+    peaks = envelope(points, now, w)
+    level = peaks if peaks is not None and (recent is None or peaks > recent) else recent
+    if unit <= 0 or level is None:
+        return None
+    return max(0.0, limit - level) / unit
 
 
 def soonest(by_horizon: Mapping[str, float]) -> tuple[float | None, str | None]:
@@ -272,8 +298,9 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
                             {**procs, **process_growth(h.processes, now, w, lasting=True)})
     else:
         grower = top_grower(kinds, procs)
+    swings = peak_headroom_swings(h.unreclaimable, now, w, h.limit, rates.get("lasting"))
     return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peaks, ttl,
-                    horizon, grower, LOCAL, kinds, procs)
+                    horizon, grower, LOCAL, kinds, procs, swings)
 
 
 def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:

@@ -14,6 +14,7 @@ from exporter.promql import (
     KIND_GROWTH,
     LIMIT,
     PEAK_ENVELOPE,
+    PEAK_HEADROOM_SWINGS,
     PROCESS_GROWTH,
     TIME_TO_LIMIT,
     TOP_GROWER,
@@ -33,6 +34,7 @@ def recorded_queries(sel: str) -> dict[str, str]:
         "grower": f"{TOP_GROWER}{sel}",
         "kind_growth": f"{KIND_GROWTH}{sel}",
         "process_growth": f"{PROCESS_GROWTH}{sel}",
+        "swings": f"{PEAK_HEADROOM_SWINGS}{sel}",
     }
 
 
@@ -55,7 +57,7 @@ def from_recorded(answers: Mapping[str, Sequence[PromSample]]) -> dict[Workload,
         return out
 
     limits, unrecl, binding = table("limit"), table("unreclaimable"), table("binding")
-    envelope = table("envelope")
+    envelope, swings = table("envelope"), table("swings")
     growth: dict[Workload, dict[str, float]] = {}
     for r in answers.get("growth", ()):
         h = r.labels.get("horizon", "")
@@ -90,7 +92,8 @@ def from_recorded(answers: Mapping[str, Sequence[PromSample]]) -> dict[Workload,
         t = ttl.get(k)
         out[k] = Forecast(*k, lim, unrecl[k], binding.get(k, 0.0) >= 1, growth.get(k, {}),
                           envelope.get(k), t[0] if t else None, t[1] if t else None,
-                          grower.get(k), RECORDED, kinds.get(k, {}), procs.get(k, {}))
+                          grower.get(k), RECORDED, kinds.get(k, {}), procs.get(k, {}),
+                          swings.get(k))
     return out
 
 

@@ -61,6 +61,7 @@ class Row:
     kv: float | None = None
     kill: KillMark | None = None
     gone: bool = False
+    noise: bool = False  # the peaks within the page's noise band of the limit
 
     @property
     def key(self) -> Key:
@@ -82,7 +83,8 @@ def row_of(f: fc.Forecast, shm: float | None = None, orphaned: float | None = No
            kv: float | None = None, kill: KillMark | None = None) -> Row:
     return Row(f.namespace, f.pod, f.container or "(pod)", f.limit, f.unreclaimable,
                finite(f.rate), finite(f.time_to_limit), f.horizon,
-               fc.grower_text(fc.growing(f.grower)), shm, orphaned, kv, kill)
+               fc.grower_text(fc.growing(f.grower)), shm, orphaned, kv, kill,
+               noise=f.in_noise_band)
 
 
 def local_rows(pods: Mapping[Key, Pod], forecasts: Mapping[Key, Sequence[fc.Forecast]],
@@ -115,7 +117,8 @@ def _num_key(x: float | None, negate: bool = False) -> tuple[int, float]:
 def sort_rows(rs: Iterable[Row], sort: str = "t", filt: str = "") -> list[Row]:
     out = [r for r in rs if not filt or filt in r.namespace or filt in r.pod]
     keys: dict[str, Callable[[Row], tuple[object, ...]]] = {
-        "t": lambda r: (_num_key(r.ttl), _num_key(r.ratio, True)),
+        # The noise band pages whatever the trend's time says: those first.
+        "t": lambda r: (not r.noise, _num_key(r.ttl), _num_key(r.ratio, True)),
         "u": lambda r: (_num_key(r.ratio, True),),
         "g": lambda r: (_num_key(r.rate, True),),
         "s": lambda r: (_num_key(r.shm, True),),

@@ -51,7 +51,8 @@ def _kill(r: Row, now: float) -> str:
 
 
 COLUMNS = (
-    Column("TO LIMIT", 9, 1, True, lambda r, _: "gone" if r.gone else human_duration(r.ttl)),
+    Column("TO LIMIT", 9, 1, True, lambda r, _: "gone" if r.gone else
+           "in noise" if r.noise else human_duration(r.ttl)),
     Column("USED", 5, 2, True, lambda r, _: _ratio(r)),
     Column("UNRECL/LIMIT", 19, 7, True,
            lambda r, _: f"{human_bytes(r.unreclaimable)}/{human_bytes(r.limit)}"),
@@ -122,7 +123,7 @@ def _draw_pods(st: State, width: int, room: int, now: float) -> list[Line]:
         ratio = r.ratio or 0.0
         style = "sel" if i == st.selected else (
             "dim" if r.gone else
-            "bad" if (r.ttl is not None and r.ttl < 3600) or ratio >= 0.9 or (
+            "bad" if (r.ttl is not None and r.ttl < 3600) or ratio >= 0.9 or r.noise or (
                 r.kill is not None and r.kill.when is not None) else "")
         out.append((_fit(text, width), style))
     if not rs:
