@@ -38,7 +38,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     def rise(name: str) -> str:
         # The figure now minus the same figure recorded one window ago: the window a
         # day ago was this rule's own a day ago (the group runs at a fixed phase and a
-        # day is a whole number of its intervals), so it is read, not scanned again.
+        # day is a whole number of its intervals; else it is the figure recorded at
+        # most one interval earlier), so it is read, not scanned again.
         return expr(
             """
             (
