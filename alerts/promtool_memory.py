@@ -77,6 +77,41 @@ def near_limit_flat(cfg: Config) -> Test:
     }
 
 
+def near_limit_after_growth(cfg: Config) -> Test:
+    """A pod that climbed from half its limit to 99.5 % and then sits there is
+    FillingUp's for a day after it last grew (the lasting group records what grew every
+    5 minutes: ``GREW``): NearLimit stays silent hours after the growth estimates are
+    gone. Its twin, flat at 99.5 % from the start, pages."""
+    limit = 32 * GiB
+    flat, climb, after = 120, 60, 240  # minutes
+    n = flat + climb + after
+    top = 0.995
+    rise = int((top - 0.5) * limit / climb)
+    climbed = f"{steps((limit / 2, flat))} {linear(limit / 2 + rise, rise, climb)} " \
+              f"{steps((limit / 2 + rise * climb, after))}"
+    inputs = [series("up", f"1x{n}")]
+    for pod, figure in (("p", climbed), ("q", steps((top * limit, n)))):
+        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n - 1}", **workload(pod)),
+                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure, **workload(pod))]
+    firing = 'ALERTS{alertname="HeadroomMemoryNearLimit", alertstate="firing", pod="%s"}'
+    grew = f'{q.GROWTH}{{pod="p"}}'
+    end = (n - 1) * MINUTE
+    return {
+        "name": "HeadroomMemoryNearLimit: silent for a day after the pod last grew",
+        "interval": "1m",
+        "input_series": inputs,
+        "promql_expr_test": [
+            # Hours after the climb: no growth estimate left, and still no page...
+            {"expr": grew, "eval_time": dur(end), "exp_samples": []},
+            *({"expr": firing % "p", "eval_time": dur((flat + climb + m) * MINUTE),
+               "exp_samples": []} for m in (60, 120, after - 1)),
+            # ...while the twin that never grew pages.
+            {"expr": f"count({firing % 'q'})", "eval_time": dur(end),
+             "exp_samples": [{"labels": "{}", "value": 1}]},
+        ],
+    }
+
+
 def filling_up_critical(cfg: Config) -> Test:
     # Grows 1 MiB/s from 20 GiB; the limit drops at minute 60 so that 30 minutes of
     # growth are left: the 1 h prediction crosses the limit, 93% is used.

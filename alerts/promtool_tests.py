@@ -28,6 +28,7 @@ from .promtool_memory import (
     filling_up_warning,
     hidden,
     near_limit,
+    near_limit_after_growth,
     near_limit_flat,
     reclaim,
 )
@@ -56,8 +57,8 @@ def unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "evaluation_interval": "1m",
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (
-            near_limit, near_limit_flat, filling_up_critical, reclaim, shm, kv_offload, oom,
-            stale_shm, node_pressure, meta,
+            near_limit, near_limit_flat, near_limit_after_growth, filling_up_critical,
+            reclaim, shm, kv_offload, oom, stale_shm, node_pressure, meta,
         )],
     }
 
