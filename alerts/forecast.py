@@ -239,16 +239,12 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             """
               clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
             / on ${g}
-              (last_over_time(${quiet}[${hold}]) < on ${g} ${noise} * ${limit}
-               or on ${g} ${noise} * ${limit})
+              last_over_time(${quiet}[${hold}])
             and on ${g}
               ${rate}
             """,
             limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
-            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting,
-            # A swing above the peaks' own noise is no quiet hour (a sawtooth that fills
-            # every hour): the unit is the noise's at most.
-            noise=config.fill_beyond_peaks_ratio, rate=lasting_rate)),
+            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting, rate=lasting_rate)),
         (q.PROCESS_MEMORY, expr(
             "${anon}\n+\n${shm}\nor\n${anon}",
             anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),

@@ -118,7 +118,12 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
-        (q.QUIET_SWING, f"min_over_time({q.HOURLY_RANGE}[{bw}])"),
+        # The noise is what a steady climb does not explain: a leak's hour or a tooth's
+        # climb has a range of its own trend and no noise.
+        (q.HOURLY_NOISE, expr(
+            "clamp_min(${range} - abs(deriv(${u}[${hw}])) * ${hw_s}, 0)",
+            range=q.HOURLY_RANGE, u=q.UNRECLAIMABLE, hw=hw, hw_s=config.hourly_window_s)),
+        (q.QUIET_SWING, f"min_over_time({q.HOURLY_NOISE}[{bw}])"),
         # What the pattern is: a release (the last hour fell below the peaks before it:
         # a rise that never falls, a ramp or a leak, has none) or a quiet whole hour.
         (q.PATTERN_SIGN + "\tsign=release", expr(

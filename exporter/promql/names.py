@@ -50,6 +50,7 @@ UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
 HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
+HOURLY_NOISE = "headroom:memory_unreclaimable:hourly_noise"
 QUIET_SWING = "headroom:memory_unreclaimable:quiet_swing"
 PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
@@ -113,9 +114,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hour) reaches the limit in force now at the lasting rate: the peaks' own forecast, "
     "which a tooth climbing now does not move; present only with lasting growth",
     PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
-    "hour's highest figure above it) in quietest-hour swings (QUIET_SWING, at most 1 % "
-    "of the limit), present only with lasting growth: below half a swing the next "
-    "excursion like the quietest hour's reaches the limit (the page's noise band)",
+    "hour's highest figure above it) in quietest-hour swings (QUIET_SWING), present "
+    "only with lasting growth: below half a swing the next excursion like the quietest "
+    "hour's reaches the limit (the page's noise band)",
     PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
     PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
     MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
@@ -144,9 +145,12 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
-    QUIET_SWING: "the smallest hourly range over the envelope window: the swing of the "
-    "memory's quietest hour, its noise (a peak that close to the limit is one excursion "
-    "from the kill)",
+    HOURLY_NOISE: "the last hour's range net of its trend (the range less the hour's "
+    "deriv times the hour, at least 0): the memory's own noise, which a steady climb "
+    "(a leak, a sawtooth's tooth) does not add to",
+    QUIET_SWING: "the smallest hourly noise over the envelope window: the swing of the "
+    "memory's quietest hour (a peak that close to the limit is one excursion from the "
+    "kill)",
     PATTERN_SIGN: "1 where the figure shows what its pattern is (label sign): "
     "release, the last hour fell below the envelope of the peaks by more than the "
     "pattern swing (a flush, a batch's end, a daily trough); quiet, a whole hour moved "

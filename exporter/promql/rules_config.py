@@ -118,9 +118,8 @@ class Config:
     # quietest hour's swing of the limit while the lasting horizon sees growth: about two
     # noise deviations (an hour's range is about four), so one excursion of that size
     # is the kill. A slow leak in a big limit spends a day in that band, and its kill is
-    # the noise's choice: no time to limit can place it. The swing counts up to
-    # fill_beyond_peaks_ratio of the limit (a sawtooth filling every hour has no quiet
-    # hour).
+    # the noise's choice: no time to limit can place it. The swing is the hour's range
+    # net of its trend (a sawtooth filling every hour has a tooth's range, no noise).
     fill_noise_band_swings: float = 0.5
     # A climb counts as beyond the recurring peaks once it is above their envelope by
     # more than this much of the lasting trend (a tooth of a sawtooth with a period up

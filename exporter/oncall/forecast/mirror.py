@@ -129,18 +129,19 @@ def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit:
                          lasting_rate: float | None) -> float | None:
     """PEAK_HEADROOM_SWINGS: the headroom above the peaks (the envelope, or the last
     hour's highest figure above it) in quietest-hour swings: QUIET_SWING, the smallest
-    hourly range at the lasting evaluations of the envelope window, counted at most
-    ``beyond_ratio`` of the limit. None without lasting growth or without a swing."""
+    HOURLY_NOISE (the hour's range less its deriv times the hour) at the lasting
+    evaluations of the envelope window. None without lasting growth or without noise."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
-    ranges = []
+    noise = []
     t = now - w.baseline + w.lasting_interval
     while t <= now + 1e-9:
         low, high = lowest(points, t - w.hour, t), highest(points, t - w.hour, t)
-        if low is not None and high is not None:
-            ranges.append(high - low)
+        trend = slope(points, t - w.hour, t)
+        if low is not None and high is not None and trend is not None:
+            noise.append(max(0.0, high - low - abs(trend) * w.hour))
         t += w.lasting_interval
-    unit = min(min(ranges, default=0.0), w.beyond_ratio * limit)
+    unit = min(noise, default=0.0)
     recent = highest(points, now - w.hour, now)
     peaks = envelope(points, now, w)
     level = peaks if peaks is not None and (recent is None or peaks > recent) else recent
