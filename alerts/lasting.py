@@ -118,12 +118,17 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
-        # The noise is what a steady climb does not explain: a leak's hour or a tooth's
-        # climb has a range of its own trend and no noise.
+        # The noise is what the hour's trend does not explain: the deviation of the
+        # figure from its least-squares line (its variance less the slope's share,
+        # slope^2 * T^2/12), as the swing of an hour: four deviations. A leak's hour or a
+        # tooth's climb is trend, not noise; the noise's own slope is not subtracted.
         (q.HOURLY_NOISE, expr(
-            "clamp_min(${range} - abs(deriv(${u}[${hw}])) * ${hw_s}, 0)",
-            range=q.HOURLY_RANGE, u=q.UNRECLAIMABLE, hw=hw, hw_s=config.hourly_window_s)),
-        (q.QUIET_SWING, f"min_over_time({q.HOURLY_NOISE}[{bw}])"),
+            "${swing} * sqrt(clamp_min(stddev_over_time(${u}[${hw}]) ^ 2"
+            " - (deriv(${u}[${hw}]) * ${hw_s}) ^ 2 / 12, 0))",
+            swing=q.HOUR_SWING_DEVIATIONS, u=q.UNRECLAIMABLE, hw=hw,
+            hw_s=config.hourly_window_s)),
+        (q.QUIET_SWING,
+         f"quantile_over_time({q.QUIET_QUANTILE}, {q.HOURLY_NOISE}[{bw}])"),
         # What the pattern is: a release (the last hour fell below the peaks before it:
         # a rise that never falls, a ramp or a leak, has none) or a quiet whole hour.
         (q.PATTERN_SIGN + "\tsign=release", expr(

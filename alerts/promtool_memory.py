@@ -256,7 +256,7 @@ def filling_up_noise_band(cfg: Config) -> Test:
                     "description": (
                         "Unreclaimable memory of container vllm of pod ns/p reaches the "
                         "42.48GiB limit in 3h 25m 55s (the lasting horizon binds); "
-                        "146.4MiB are left (99.66% used). Its peaks are 0.30 of its "
+                        "146.4MiB are left (99.66% used). Its peaks are 0.15 of its "
                         "quietest hour's swings below the limit (it pages below 0.5). "
                         "What grows: no process or kind recorded. Act now: the kernel "
                         "OOM-kills the pod when it gets there."

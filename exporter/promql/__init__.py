@@ -88,7 +88,17 @@ from exporter.promql.names import (
     WORKING_SET_BASELINE,
     WORKING_SET_HOURLY_MIN,
 )
-from exporter.promql.rules_config import CONFIG, DAY, DURATION_FIELDS, HOUR, MINUTE, Config, MiB
+from exporter.promql.rules_config import (
+    CONFIG,
+    DAY,
+    DURATION_FIELDS,
+    HOUR,
+    HOUR_SWING_DEVIATIONS,
+    MINUTE,
+    QUIET_QUANTILE,
+    Config,
+    MiB,
+)
 from exporter.promql.syntax import (
     by,
     duration,
@@ -122,6 +132,7 @@ __all__ = [
     "HOURLY_MIN",
     "HOURLY_NOISE",
     "HOURLY_RANGE",
+    "HOUR_SWING_DEVIATIONS",
     "KINDS",
     "KIND_DEV_SHM",
     "KIND_GROWTH",
@@ -145,6 +156,7 @@ __all__ = [
     "PROCESS_GROWTH",
     "PROCESS_LASTING_GROWTH",
     "PROCESS_MEMORY",
+    "QUIET_QUANTILE",
     "QUIET_SWING",
     "RECORDING_RULES",
     "RECORDING_RULE_HELP",

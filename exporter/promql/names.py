@@ -145,12 +145,12 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
-    HOURLY_NOISE: "the last hour's range net of its trend (the range less the hour's "
-    "deriv times the hour, at least 0): the memory's own noise, which a steady climb "
-    "(a leak, a sawtooth's tooth) does not add to",
-    QUIET_SWING: "the smallest hourly noise over the envelope window: the swing of the "
-    "memory's quietest hour (a peak that close to the limit is one excursion from the "
-    "kill)",
+    HOURLY_NOISE: "the last hour's noise as a swing: four standard deviations of its "
+    "figures from their least-squares line (stddev^2 less deriv^2 * T^2 / 12): what a "
+    "steady climb (a leak, a sawtooth's tooth) does not explain",
+    QUIET_SWING: "the lower quartile of the hourly noise over the envelope window: the "
+    "swing of the memory's quiet hours (a peak that close to the limit is one excursion "
+    "from the kill)",
     PATTERN_SIGN: "1 where the figure shows what its pattern is (label sign): "
     "release, the last hour fell below the envelope of the peaks by more than the "
     "pattern swing (a flush, a batch's end, a daily trough); quiet, a whole hour moved "

@@ -17,6 +17,14 @@ DAY = 24 * HOUR
 MiB = 1024 * 1024
 
 
+# An hour's range of sample-to-sample noise is about four deviations: HOURLY_NOISE reads
+# the noise in those units (the rules and their mirror).
+HOUR_SWING_DEVIATIONS = 4
+# The quiet swing is this quantile of a day's hourly noise: the least of 288 overlapping
+# estimates reads the noise about a fifth low (a band that narrow pages after the kill),
+# and a quarter of the hours may hold a release or a step and still not widen it.
+QUIET_QUANTILE = 0.25
+
 @dataclass(frozen=True)
 class Config:
     """Every knob of the rules. Durations are whole seconds (``duration`` renders them);

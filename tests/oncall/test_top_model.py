@@ -360,8 +360,8 @@ def _leak_with_noise(swing: float, days: float = 3.0, rate: float = GiB / 86400,
 
 
 def test_the_peaks_noise_band_is_read_in_quiet_swings_net_of_the_trend() -> None:
-    """PEAK_HEADROOM_SWINGS's mirror: the headroom above the peaks over the quietest
-    hour's noise (its range less its trend), only with lasting growth."""
+    """PEAK_HEADROOM_SWINGS's mirror: the headroom above the peaks over the quiet hours'
+    noise (four deviations from the hour's trend line), only with lasting growth."""
     w = fc.Windows.of()
     rate = GiB / 86400
     pts = _leak_with_noise(512 * MiB, rate=rate)
@@ -369,9 +369,9 @@ def test_the_peaks_noise_band_is_read_in_quiet_swings_net_of_the_trend() -> None
     peak = max(v for t, v in pts if t > now - 3600)
     limit = peak + 150 * MiB
     swings = fc.peak_headroom_swings(pts, now, w, limit, rate)
-    # The noise is the swing (the hour's leak is its trend, not noise); an alternating
-    # swing leaves a least-squares slope of a few percent of itself.
-    assert swings == pytest.approx(150 / 512, rel=0.1)
+    # The noise is the swing (the hour's leak is its trend, not noise): a swing of
+    # +-256 MiB is a deviation of 256 MiB, an hour's swing four of them.
+    assert swings == pytest.approx(150 / (4 * 256), rel=0.02)
     assert swings < fc.NOISE_BAND_SWINGS
     # No lasting growth: no figure (the page's branch needs it).
     assert fc.peak_headroom_swings(pts, now, w, limit, None) is None

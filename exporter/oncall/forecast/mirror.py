@@ -25,11 +25,17 @@ from exporter.oncall.forecast.series import (
     envelope,
     growth,
     highest,
-    lowest,
     pattern_signs,
     slope,
 )
-from exporter.promql import CONFIG, KIND_DEV_SHM, KIND_HIDDEN, Config
+from exporter.promql import (
+    CONFIG,
+    HOUR_SWING_DEVIATIONS,
+    KIND_DEV_SHM,
+    KIND_HIDDEN,
+    QUIET_QUANTILE,
+    Config,
+)
 
 # One function per recorded series of alerts/rules.py, named after it, over points a
 # surface read itself; :func:`local_forecast` chains them in the rules' order. The rules
@@ -129,25 +135,40 @@ def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit:
                          lasting_rate: float | None) -> float | None:
     """PEAK_HEADROOM_SWINGS: the headroom above the peaks (the envelope, or the last
     hour's highest figure above it) in quietest-hour swings: QUIET_SWING, the smallest
-    HOURLY_NOISE (the hour's range less its deriv times the hour) at the lasting
-    evaluations of the envelope window. None without lasting growth or without noise."""
+    the lower quartile of HOURLY_NOISE (four deviations of the hour's figures from their
+    least-squares line) at the lasting evaluations of the envelope window. None without
+    lasting growth or without noise."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
     noise = []
     t = now - w.baseline + w.lasting_interval
     while t <= now + 1e-9:
-        low, high = lowest(points, t - w.hour, t), highest(points, t - w.hour, t)
+        vs = [v for _, v in between(points, t - w.hour, t)]
         trend = slope(points, t - w.hour, t)
-        if low is not None and high is not None and trend is not None:
-            noise.append(max(0.0, high - low - abs(trend) * w.hour))
+        if vs and trend is not None:
+            mean = sum(vs) / len(vs)
+            var = sum((v - mean) ** 2 for v in vs) / len(vs)  # stddev_over_time's
+            residual = max(0.0, var - (trend * w.hour) ** 2 / 12)
+            noise.append(HOUR_SWING_DEVIATIONS * math.sqrt(residual))
         t += w.lasting_interval
-    unit = min(noise, default=0.0)
+    unit = quantile(QUIET_QUANTILE, noise)
     recent = highest(points, now - w.hour, now)
     peaks = envelope(points, now, w)
     level = peaks if peaks is not None and (recent is None or peaks > recent) else recent
     if unit <= 0 or level is None:
         return None
     return max(0.0, limit - level) / unit
+
+
+def quantile(phi: float, values: Sequence[float]) -> float:
+    """PromQL ``quantile_over_time``: linear between the ranks around phi * (n - 1)."""
+    if not values:
+        return 0.0
+    vs = sorted(values)
+    rank = phi * (len(vs) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(vs) - 1)
+    return vs[low] + (vs[high] - vs[low]) * (rank - low)
 
 
 def soonest(by_horizon: Mapping[str, float]) -> tuple[float | None, str | None]:
