@@ -83,7 +83,7 @@ def critical_condition(config: Config, scale: float) -> str:
       lasting page horizon, or within the confirm horizon while a climb that reaches it
       within the fast confirm horizon goes on (a sawtooth whose teeth climb);
     * the peaks within the noise of the limit while the lasting horizon sees growth
-      (``QUIET_SWING``): the next excursion like those of the quietest hour kills.
+      (``QUIET_SWING``): the next excursion like those of the quiet hours kills.
     """
     g = by(*config.group_labels)
 
@@ -172,7 +172,7 @@ def filling_up_critical(config: Config) -> Rule:
         config, name, condition, "critical", config.fill_critical_for_s,
         f"{{{{ if {_noise_band_query(config, band)} }}}}"
         "{{ $labels.namespace }}/{{ $labels.pod }} is within the noise of its memory "
-        "limit: one more swing like its quietest hour's OOM-kills it."
+        "limit: one more swing like its quiet hours' OOM-kills it."
         "{{ else }}{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "
         "{{ $value | humanizeDuration }}.{{ end }}",
         f"Unreclaimable memory of {WHERE} reaches the "
@@ -181,7 +181,7 @@ def filling_up_critical(config: Config) -> Rule:
         f"{workload_query(config, q.HEADROOM, 'humanize1024')}B are left "
         f"({workload_query(config, q.UNRECLAIMABLE_RATIO, 'humanizePercentage')} used). "
         f"{{{{ range {_noise_band_query(config, clear * band)} }}}}Its peaks are "
-        "{{ printf \"%.2f\" .Value }} of its quietest hour's swings below the limit "
+        "{{ printf \"%.2f\" .Value }} of its quiet hours' swings below the limit "
         f"(it pages below {number(band)}). {{{{ end }}}}"
         f"What grows: {_top_grower(config)}. Act now: the kernel OOM-kills the pod when "
         f"it gets there.",

@@ -210,9 +210,9 @@ def filling_up_warning(cfg: Config) -> Test:
 
 def filling_up_noise_band(cfg: Config) -> Test:
     """A slow leak (1 GiB/day) whose memory swings 512 MiB from sample to sample (its
-    quietest hour's noise: the range less the leak's hour): at 2d2h the limit drops in
+    quiet hours' noise; the leak is their trend, not noise): at 2d2h the limit drops in
     place to 150 MiB above its peaks. The lasting horizon still says hours (3.5 h), but half
-    the quietest hour's swing is more than what is left: the next excursion is the
+    the quiet hours' swing is more than what is left: the next excursion is the
     kill, so it pages within its `for:`. The same leak and gap on a quiet pod (a 16 MiB
     swing) pages nothing."""
     rate = per_second(GiB)
@@ -252,12 +252,12 @@ def filling_up_noise_band(cfg: Config) -> Test:
                 "exp_labels": {"severity": "critical", **workload("p")},
                 "exp_annotations": {
                     "summary": "ns/p is within the noise of its memory limit: one more "
-                               "swing like its quietest hour's OOM-kills it.",
+                               "swing like its quiet hours' OOM-kills it.",
                     "description": (
                         "Unreclaimable memory of container vllm of pod ns/p reaches the "
                         "42.48GiB limit in 3h 25m 55s (the lasting horizon binds); "
                         "146.4MiB are left (99.66% used). Its peaks are 0.15 of its "
-                        "quietest hour's swings below the limit (it pages below 0.5). "
+                        "quiet hours' swings below the limit (it pages below 0.5). "
                         "What grows: no process or kind recorded. Act now: the kernel "
                         "OOM-kills the pod when it gets there."
                     ),

@@ -116,7 +116,7 @@ def panels(k: Knobs) -> list[Panel]:
             f"{r.BINDING}); sorted by the recorded time to limit ({r.TIME_TO_LIMIT}; empty: "
             "no horizon forecasts a kill), then sort by any column, e.g. headroom. Peaks to "
             f"limit ({r.PEAK_HEADROOM_SWINGS}): the headroom above the peaks in the memory's "
-            "quietest-hour swings, for a pod that keeps growing; below "
+            "quiet-hour swings, for a pod that keeps growing; below "
             f"{k.config.fill_noise_band_swings:g} the page fires whatever the time to limit "
             "says (the next excursion reaches the limit). The pod name opens the pod "
             "dashboard.",

@@ -114,7 +114,7 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hour) reaches the limit in force now at the lasting rate: the peaks' own forecast, "
     "which a tooth climbing now does not move; present only with lasting growth",
     PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
-    "hour's highest figure above it) in quietest-hour swings (QUIET_SWING), present "
+    "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), present "
     "only with lasting growth: below half a swing the next excursion like the quietest "
     "hour's reaches the limit (the page's noise band)",
     PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",

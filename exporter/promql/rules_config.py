@@ -123,11 +123,12 @@ class Config:
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
     fill_fast_confirm_horizon_s: int = 2 * HOUR
     # ...or the peaks (the envelope, or the last hour's) come within this much of the
-    # quietest hour's swing of the limit while the lasting horizon sees growth: about two
+    # quiet hours' swing of the limit while the lasting horizon sees growth: about two
     # noise deviations (an hour's range is about four), so one excursion of that size
     # is the kill. A slow leak in a big limit spends a day in that band, and its kill is
-    # the noise's choice: no time to limit can place it. The swing is the hour's range
-    # net of its trend (a sawtooth filling every hour has a tooth's range, no noise).
+    # the noise's choice: no time to limit can place it. The swing is the quiet hours'
+    # noise (QUIET_SWING: four deviations from each hour's trend line, so a sawtooth's
+    # tooth or a leak's climb is no noise).
     fill_noise_band_swings: float = 0.5
     # A climb counts as beyond the recurring peaks once it is above their envelope by
     # more than this much of the lasting trend (a tooth of a sawtooth with a period up

@@ -303,9 +303,9 @@ def test_peaks_within_the_noise_of_the_limit_are_the_reason_not_the_trends_hours
         return list(d.reasons), x.to_text(d)
 
     reasons, text = explained(0.35)
-    assert any("within the noise of the limit (0.35 of its quietest hour's swing)" in r
+    assert any("within the noise of the limit (0.35 of its quiet hours' swing)" in r
                for r in reasons), reasons
-    assert "peaks          0.35 quietest-hour swings below the limit (the page fires " \
+    assert "peaks          0.35 quiet-hour swings below the limit (the page fires " \
            "below 0.5)" in text
     reasons, text = explained(0.8)
-    assert not any("noise" in r for r in reasons) and "0.80 quietest-hour swings" in text
+    assert not any("noise" in r for r in reasons) and "0.80 quiet-hour swings" in text

@@ -126,7 +126,7 @@ def diagnose(ev: Evidence, runbook_base: str = RUNBOOK_BASE) -> Diagnosis:
         # The page's noise band: the trend's hours do not time this kill, the next
         # excursion does.
         reasons.append(f"its peaks are within the noise of the limit ({close.peak_swings:.2f} "
-                       "of its quietest hour's swing): the next excursion like it reaches "
+                       "of its quiet hours' swing): the next excursion like it reaches "
                        "the limit")
     if climb is not None:
         reasons.append(f"it climbs {fmt_rate(close.trend_1h)} now: the limit in about "

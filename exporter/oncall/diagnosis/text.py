@@ -93,7 +93,7 @@ def to_text(d: Diagnosis, style: Style = plain, width: int = 80) -> str:
                          + (f"   daily floor {fmt_bytes(cl.floor_rise_1d)}/day"
                             if cl.floor_rise_1d is not None else ""))
         if cl.peak_swings is not None:
-            lines.append(f"  peaks          {cl.peak_swings:.2f} quietest-hour swings below the "
+            lines.append(f"  peaks          {cl.peak_swings:.2f} quiet-hour swings below the "
                          f"limit (the page fires below {fc.NOISE_BAND_SWINGS:g})")
         if cl.working_set is not None:
             lines.append(f"  working set    {fmt_bytes(cl.working_set)} (kubelet's view)")

@@ -27,7 +27,7 @@ from exporter.promql import HORIZONS as PROMQL_HORIZONS
 CONTRACT = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH, PEAK_ENVELOPE, TIME_TO_LIMIT,
             TOP_GROWER)
 HORIZONS = PROMQL_HORIZONS
-# The page's noise band (alerts.memory): the peaks fewer quietest-hour swings below the
+# The page's noise band (alerts.memory): the peaks fewer quiet-hour swings below the
 # limit than this page, whatever the trend's time to limit says.
 NOISE_BAND_SWINGS = CONFIG.fill_noise_band_swings
 # In order of preference on a tie: /dev/shm files are shmem too, and the more specific
@@ -68,7 +68,7 @@ class Forecast:
     # processes.
     kind_growth: Mapping[str, float] = field(default_factory=dict)
     process_growth: Mapping[str, float] = field(default_factory=dict)
-    # PEAK_HEADROOM_SWINGS: the headroom above the peaks in quietest-hour swings, with
+    # PEAK_HEADROOM_SWINGS: the headroom above the peaks in quiet-hour swings, with
     # lasting growth only; the page fires below Config.fill_noise_band_swings.
     peak_swings: float | None = None
 

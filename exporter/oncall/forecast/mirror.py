@@ -134,7 +134,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
 def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit: float,
                          lasting_rate: float | None) -> float | None:
     """PEAK_HEADROOM_SWINGS: the headroom above the peaks (the envelope, or the last
-    hour's highest figure above it) in quietest-hour swings: QUIET_SWING, the smallest
+    hour's highest figure above it) in quiet-hour swings: QUIET_SWING,
     the lower quartile of HOURLY_NOISE (four deviations of the hour's figures from their
     least-squares line) at the lasting evaluations of the envelope window. None without
     lasting growth or without noise."""
