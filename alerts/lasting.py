@@ -120,11 +120,16 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         # The noise is what the hour's trend does not explain: the deviation of the
         # figure from its least-squares line (its variance less the slope's share,
-        # slope^2 * T^2/12), as the swing of an hour: four deviations. A leak's hour or a
+        # slope^2 * var(t)), as the swing of an hour: four deviations. A leak's hour or a
         # tooth's climb is trend, not noise; the noise's own slope is not subtracted.
+        # var(t) of n samples evenly spread over the window: T^2 (n+1) / (12 (n-1)) when
+        # both edges hold one (Prometheus 2), a hair more than the T^2 (n^2-1) / 12 n^2
+        # of a left-open window (Prometheus 3): a steady climb leaves no noise on either.
         (q.HOURLY_NOISE, expr(
-            "${swing} * sqrt(clamp_min(stddev_over_time(${u}[${hw}]) ^ 2"
-            " - (deriv(${u}[${hw}]) * ${hw_s}) ^ 2 / 12, 0))",
+            "${swing} * sqrt(clamp_min("
+            "stddev_over_time(${u}[${hw}]) ^ 2 - (deriv(${u}[${hw}]) * ${hw_s}) ^ 2"
+            " * (count_over_time(${u}[${hw}]) + 1) / (12 * (count_over_time(${u}[${hw}]) - 1)),"
+            " 0))",
             swing=q.HOUR_SWING_DEVIATIONS, u=q.UNRECLAIMABLE, hw=hw,
             hw_s=config.hourly_window_s)),
         (q.QUIET_SWING,

@@ -143,12 +143,16 @@ def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit:
     noise = []
     t = now - w.baseline + w.lasting_interval
     while t <= now + 1e-9:
-        vs = [v for _, v in between(points, t - w.hour, t)]
+        pts = between(points, t - w.hour, t)
         trend = slope(points, t - w.hour, t)
-        if vs and trend is not None:
-            mean = sum(vs) / len(vs)
-            var = sum((v - mean) ** 2 for v in vs) / len(vs)  # stddev_over_time's
-            residual = max(0.0, var - (trend * w.hour) ** 2 / 12)
+        if len(pts) > 1 and trend is not None:
+            n = len(pts)
+            mean = sum(v for _, v in pts) / n
+            var = sum((v - mean) ** 2 for _, v in pts) / n  # stddev_over_time's
+            # The points' own var(t): the rules' formula for theirs (evenly spread).
+            mt = sum(p for p, _ in pts) / n
+            var_t = sum((p - mt) ** 2 for p, _ in pts) / n
+            residual = max(0.0, var - trend ** 2 * var_t)
             noise.append(HOUR_SWING_DEVIATIONS * math.sqrt(residual))
         t += w.lasting_interval
     unit = quantile(QUIET_QUANTILE, noise)
