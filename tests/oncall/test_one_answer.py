@@ -632,16 +632,14 @@ def test_without_the_recording_rules_explain_computes_the_same_forecast_itself(
         if f.time_to_limit is not None:
             assert f.time_to_limit == pytest.approx(recorded.ttl, rel=0.05), sc.pod
         # The peaks' distance to the limit in quiet swings: the same noise band verdict
-        # on every surface. Its unit is the least hourly range of a day, a minimum that
-        # on a smooth daily swing lies in a minutes-wide trough: the mirror (every 5
-        # min, as the lasting group) and this backfill (every rule each minute) sample
-        # it at different instants, so the figure agrees within half.
+        # on every surface. These series have no noise: the quiet hours' deviation from
+        # their trend line is rounding or a daily swing's curvature near its
+        # inflection, bytes against gigabytes, so the figure (absent, or hundreds of
+        # swings) is not compared; on a noisy series the mirror's is pinned in
+        # test_top_model.py and the rules' in promtool (filling_up_noise_band).
         rec = explain_doc(stack, sc)["closeness"]["peak_swings"]
-        assert (f.peak_swings is None) == (rec is None), (sc.pod, f.peak_swings, rec)
-        if rec is not None:
-            assert f.peak_swings == pytest.approx(rec, rel=0.5), sc.pod
-            assert f.in_noise_band == (rec < fc.NOISE_BAND_SWINGS), sc.pod
-            swings += 1
+        assert f.in_noise_band == (rec is not None and rec < fc.NOISE_BAND_SWINGS), sc.pod
+        swings += rec is not None
     assert swings >= 3  # the leaks: the lasting horizon sees growth
 
 
