@@ -31,7 +31,9 @@ def _header(config: Config) -> str:
         f"{duration(config.medium_sustain_s)}; lasting = the smaller day-over-day rise of",
         "                  the floor and of the envelope of the peaks, from hourly minima",
         f"                  and maxima (group {config.rule_group_prefix}.lasting, every "
-        f"{duration(config.lasting_interval_s)}).",
+        f"{duration(config.lasting_interval_s)}); the floor's from the",
+        f"                  highest floor of the {duration(config.floor_memory_s)} before "
+        f"(group {config.rule_group_prefix}.floor_memory).",
         "  time to limit = (limit now - the recent peak, or the peaks' envelope for the",
         "                  lasting horizon) / growth; the soonest horizon binds.",
         "  Only bytes are windowed: a resized limit changes every forecast at once.",

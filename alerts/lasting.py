@@ -12,7 +12,7 @@ from exporter import catalog as c
 from exporter import promql as q
 from exporter.promql import Config, by, duration, expr, one_of, selector
 
-from .build import Rule, indent, recording_rules, spans
+from .build import Rule, exported, indent, recording_rules, spans
 from .forecast import pattern_windows_s
 
 # The kinds whose growth a process accounts for: what grows there has a process to name.
@@ -35,21 +35,35 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     old = spans(q.HOURLY_MIN, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
 
-    def rise(name: str) -> str:
+    def rise(name: str, since: str = "") -> str:
         # The figure now minus the same figure recorded one window ago: the window a
         # day ago was this rule's own a day ago (the group runs at a fixed phase and a
         # day is a whole number of its intervals; else it is the figure recorded at
-        # most one interval earlier), so it is read, not scanned again.
+        # most one interval earlier), so it is read, not scanned again. ``since``: a
+        # higher reference where it is higher (the week's highest floor).
+        before = f"last_over_time({name}[{duration(config.lasting_hold_s)}] offset {bw})"
+        if since:
+            before = f"({since} > on {gb} {before} or {before})"
         return expr(
             """
             (
                 ${name}
-              - last_over_time(${name}[${hold}] offset ${bw})
+              - ${before}
             )
             and on ${g}
             ${old}
             """,
-            name=name, hold=duration(config.lasting_hold_s), bw=bw, g=gb, old=old)
+            name=name, before=before, g=gb, old=old)
+
+    def counted(raw: str) -> str:
+        # The counter now above its highest figure before the last interval: a kill
+        # since (each one seen at the next evaluation); a series that is merely new (an
+        # exporter restart) has no past and counts nothing.
+        return expr(
+            "clamp_min(last_over_time(${raw}[${hold}]) - max_over_time(${raw}[${back}]"
+            " offset ${w}), 0)",
+            raw=raw, hold=duration(config.hold_s), w=duration(config.hold_s),
+            back=duration(config.lasting_hold_s))
 
     # The growth the binding horizon reads: day over day where the lasting horizon
     # binds the pod, over the last hour otherwise.
@@ -113,9 +127,28 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
-        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE)),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
+        # From the highest floor of the week before where the peaks still reach it: a
+        # weekly pattern's weekday floor comes back to last week's, no growth. A leak's
+        # floor rises above every floor before it (the one a window ago is the
+        # highest); after a restart the old floors are above the new peaks and the
+        # floor a window ago counts, as before.
+        # A kill ends a leak's climb: the floors before it are no pattern to come back to.
+        (q.OOM_KILLED, expr(
+            """
+                max by ${pod} (${watcher}) > 0
+              or
+                max by ${pod} (${kernel}) > 0
+            """,
+            pod=pod, watcher=counted(exported(config, c.OOM_KILLS_TOTAL)),
+            kernel=counted(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
+        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE, expr(
+            "(last_over_time(${hf}[${hold}]) <= on ${g} ${env}"
+            " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,
+            hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s), g=gb,
+            env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
+            memory=duration(config.floor_memory_s)))),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         # The noise is what the hour's trend does not explain: the deviation of the
@@ -207,3 +240,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
     ]
     return recording_rules(rules_, q.LASTING_RECORDING_RULE_HELP)
+
+
+def floor_memory_recording_rules(config: Config) -> list[Rule]:
+    """Evaluated every ``floor_memory_interval_s``: the highest floor of the floor memory
+    before the last envelope window (a week of the lasting group's floors, read once an
+    hour: a sixth of a day's window per lasting round would cost more than the group)."""
+    back = config.floor_memory_s - config.baseline_window_s
+    return recording_rules([
+        (q.HIGHEST_FLOOR, f"max_over_time({q.UNRECLAIMABLE_BASELINE}[{duration(back)}]"
+                          f" offset {duration(config.baseline_window_s)})"),
+    ], q.FLOOR_MEMORY_RECORDING_RULE_HELP)

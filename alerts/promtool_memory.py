@@ -338,3 +338,42 @@ def hidden(cfg: Config) -> Test:
                                         'namespace="ns", pod="p"}', "value": 0}]},
         ],
     }
+
+
+def weekly_pattern(cfg: Config) -> Test:
+    """Five weekdays at 24 GiB, a weekend at 16 GiB, back to 24 GiB over Monday (a 32 GiB
+    limit): on Tuesday the floor and the peaks have risen day over day (3.7 GiB a day:
+    two days to the limit), but only back to last week's weekday floor
+    (``HIGHEST_FLOOR``): no lasting growth, no ticket. Its twin was OOM-killed as the
+    weekend began: the floors before a kill are no pattern, so the same return is growth
+    and tickets."""
+    weekday, weekend, limit = 24 * GiB, 16 * GiB, 32 * GiB
+    per_day = DAY // LONG_STEP
+    n = 10 * per_day
+    figure = f"{steps((weekday, 5 * per_day), (weekend, 2 * per_day))} " \
+             f"{linear(weekend, round((weekday - weekend) / per_day), per_day)} " \
+             f"{steps((weekday, 2 * per_day))}"
+    kill_at = 5 * per_day
+    inputs = [series("up", f"1x{n - 1}")]
+    for pod in ("w", "k"):
+        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n - 1}", **workload(pod)),
+                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure, **workload(pod))]
+    inputs.append(series(c.MEMORY_EVENTS_TOTAL.name, steps((0, kill_at), (1, n - kill_at)),
+                         **workload("k"), event=c.EVENT_OOM_KILL))
+    tuesday = 8 * DAY + 12 * HOUR
+    lasting = f'count({q.GROWTH}{{horizon="lasting", pod="%s"}})'
+    ticket = ('count by (pod) (ALERTS{alertstate="firing", alertname="HeadroomMemoryFillingUp", '
+              'severity="warning"})')
+    return {
+        "name": "HeadroomMemoryFillingUp warning: a weekly pattern is no growth, unless a "
+                "kill came since",
+        "interval": dur(LONG_STEP),
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": lasting % "w", "eval_time": dur(tuesday), "exp_samples": []},
+            {"expr": lasting % "k", "eval_time": dur(tuesday),
+             "exp_samples": [{"labels": "{}", "value": 1}]},
+            {"expr": ticket, "eval_time": dur(tuesday),
+             "exp_samples": [{"labels": '{pod="k"}', "value": 1}]},
+        ],
+    }

@@ -31,6 +31,7 @@ from .promtool_memory import (
     near_limit_after_growth,
     near_limit_flat,
     reclaim,
+    weekly_pattern,
 )
 from .promtool_series import LONG_STEP, dur
 from .promtool_signals import kv_offload, meta, node_pressure, oom, shm, stale_shm
@@ -70,7 +71,8 @@ def long_unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "rule_files": [RULE_FILE],
         "evaluation_interval": dur(LONG_STEP),
         "group_eval_order": group_order(cfg),
-        "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden)],
+        "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden,
+                                   weekly_pattern)],
     }
 
 

@@ -42,7 +42,7 @@ from exporter.promql import Config, duration
 from . import memory, meta, node, oom, tmpfs, vllm
 from .build import Group, binding, hysteresis
 from .forecast import fast_recording_rules, pattern_windows_s
-from .lasting import lasting_recording_rules
+from .lasting import floor_memory_recording_rules, lasting_recording_rules
 
 
 def groups(config: Config) -> list[Group]:
@@ -51,6 +51,8 @@ def groups(config: Config) -> list[Group]:
         {"name": f"{p}.rules", "rules": fast_recording_rules(config)},
         {"name": f"{p}.lasting", "interval": duration(config.lasting_interval_s),
          "rules": lasting_recording_rules(config)},
+        {"name": f"{p}.floor_memory", "interval": duration(config.floor_memory_interval_s),
+         "rules": floor_memory_recording_rules(config)},
         {
             "name": f"{p}-memory",
             "rules": [
@@ -74,5 +76,6 @@ def groups(config: Config) -> list[Group]:
     ]
 
 
-__all__ = ["binding", "fast_recording_rules", "groups", "hysteresis",
+__all__ = ["binding", "fast_recording_rules", "floor_memory_recording_rules", "groups",
+           "hysteresis",
            "lasting_recording_rules", "pattern_windows_s"]

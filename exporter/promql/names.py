@@ -43,6 +43,7 @@ VLLM_UP = "headroom:vllm_up:ratio"
 # The lasting group (evaluated every Config.lasting_interval_s).
 HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
 HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
+OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
 WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
 HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
 UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
@@ -57,6 +58,8 @@ PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 GREW = "headroom:memory_grew:bool"
+# The floor memory group (evaluated every Config.floor_memory_interval_s).
+HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
@@ -138,10 +141,14 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
     "window (from the hourly minima)",
-    UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the floor one window earlier "
-    "(bytes per window), for a workload that spans both windows",
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
+    OOM_KILLED: "1 per pod where an OOM kill was counted since the last evaluation of "
+    "the group (the watcher's or the kernel's counter): the floors before a kill are no "
+    "pattern for UNRECLAIMABLE_BASELINE_RISE",
+    UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the higher of the floor one window "
+    "earlier and HIGHEST_FLOOR where the peaks still reach it and no kill came since "
+    "(bytes per window), for a workload that spans both windows",
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
@@ -183,8 +190,14 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
     "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
 }
+FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
+    HIGHEST_FLOOR: "the highest floor (UNRECLAIMABLE_BASELINE) recorded over the floor "
+    "memory before the last envelope window: a weekly pattern's weekday floor comes back "
+    "to it (no lasting growth), a leak's floor rises above it",
+}
 RECORDING_RULE_HELP: dict[str, str] = {**FAST_RECORDING_RULE_HELP,
-                                       **LASTING_RECORDING_RULE_HELP}
+                                       **LASTING_RECORDING_RULE_HELP,
+                                       **FLOOR_MEMORY_RECORDING_RULE_HELP}
 RECORDING_RULES: tuple[str, ...] = tuple(RECORDING_RULE_HELP)
 FORECAST_SERIES: tuple[str, ...] = (LIMIT, UNRECLAIMABLE, HEADROOM, BINDING, GROWTH,
                                     PEAK_ENVELOPE, TIME_TO_LIMIT, TOP_GROWER)

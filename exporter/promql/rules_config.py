@@ -89,6 +89,12 @@ class Config:
     pattern_period_s: int = DAY
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
+    # The floor's rise is measured from the highest floor of this long before the last
+    # envelope window (recorded every floor_memory_interval_s), not only the floor one
+    # window ago: a weekly pattern's weekday floor comes back to last week's and is no
+    # growth; a leak's floor rises above every floor before it.
+    floor_memory_s: int = 7 * DAY
+    floor_memory_interval_s: int = HOUR
     # Trend slope for panels and HeadroomNodeMemoryPressure.
     slope_window_s: int = HOUR
 

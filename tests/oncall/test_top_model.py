@@ -381,6 +381,44 @@ def test_the_peaks_noise_band_is_read_in_quiet_swings_net_of_the_trend() -> None
     assert fc.peak_headroom_swings(tooth, now, w, 100 * GiB, rate) is None
 
 
+def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
+    """UNRECLAIMABLE_BASELINE_RISE's mirror: the floor rises from the week's highest
+    floor where the peaks still reach it. Weekdays at 24 GiB, a weekend at 16 GiB, back
+    over Monday: on Tuesday no lasting growth (the rules' promtool test
+    ``weekly_pattern`` reads the same series); a leak's floor rises above every floor
+    before it; after a restart the old floors are above the new peaks and the floor a
+    day ago counts."""
+    from exporter.oncall.forecast.series import growth
+
+    w = fc.Windows.of()
+    day = 86400.0
+
+    def weekly(t: float) -> float:
+        d = t / day
+        if d < 5:
+            return 24 * GiB
+        if d < 7:
+            return 16 * GiB
+        return 16 * GiB + 8 * GiB * min(1.0, d - 7)
+
+    pts = [(i * 300.0, weekly(i * 300.0)) for i in range(int(8.5 * day / 300) + 1)]
+    now = pts[-1][0]
+    assert "lasting" not in growth(pts, now, w, 32 * GiB)
+    # The same return with only the last two days read (as explain's fallback reads):
+    # the floor a day ago is the weekend's, the return reads as growth.
+    recent = [p for p in pts if p[0] > now - 2 * day - 3 * 3600]
+    assert growth(recent, now, w, 32 * GiB)["lasting"] > 0
+    # A leak: the floor a day ago is the highest before it.
+    leak = [(t, 8 * GiB + t * GiB / day) for t, _ in pts]
+    assert growth(leak, now, w, 32 * GiB)["lasting"] == pytest.approx(GiB / day, rel=0.01)
+    # A leak restarted 3.5 days ago: the floors before the restart are above the new
+    # peaks, so they are no pattern.
+    restarted = [(t, 8 * GiB + (t - 5 * day if t >= 5 * day else t + 2 * day) * GiB / day)
+                 for t, _ in pts]
+    assert growth(restarted, now, w, 32 * GiB)["lasting"] == pytest.approx(GiB / day,
+                                                                           rel=0.01)
+
+
 def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
     """The page fires on the noise band whatever the trend's hours say: top shows
     "in noise" under TO LIMIT, styles it and sorts it above a sooner time to limit."""

@@ -140,7 +140,8 @@ def test_recording_rule_names_constant_matches_the_file() -> None:
     text = (ALERTS / "headroom.rules.yaml").read_text()
     found = re.findall(r"^  - record: (\S+)$", text, flags=re.M)
     assert tuple(dict.fromkeys(found)) == tuple(dict.fromkeys(
-        [*promql.FAST_RECORDING_RULE_HELP, *promql.LASTING_RECORDING_RULE_HELP]))
+        [*promql.FAST_RECORDING_RULE_HELP, *promql.LASTING_RECORDING_RULE_HELP,
+         *promql.FLOOR_MEMORY_RECORDING_RULE_HELP]))
     assert found.count(promql.GROWTH) == len(promql.HORIZONS)
     assert set(promql.FORECAST_SERIES) <= set(found) | {promql.PEAK_ENVELOPE}
     assert all(n.startswith("headroom:") and n.count(":") == 2 for n in promql.RECORDING_RULES)

@@ -12,6 +12,7 @@ parsed expression (promql-parser, the Rust parser), not by a regular expression.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +39,20 @@ class Range:
         return math.floor((self.width_s - EDGE_S) / self.interval_s)
 
 
+def _seconds(text: str) -> float:
+    """A Prometheus duration (``1h15m``) in seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    found = re.findall(r"(\d+)([dhms])", text)
+    assert "".join(n + u for n, u in found) == text, text
+    return float(sum(int(n) * units[u] for n, u in found))
+
+
 def _intervals(doc: dict[str, Any], config: Config) -> dict[str, float]:
     """Recorded series -> how far apart their samples are (their group's interval, at
     least the slowest evaluation interval)."""
     out: dict[str, float] = {}
     for group in doc["groups"]:
-        every = config.lasting_interval_s if "interval" in group else SLOWEST_S
+        every = _seconds(group["interval"]) if "interval" in group else SLOWEST_S
         for rule in group["rules"]:
             if "record" in rule:
                 out[rule["record"]] = max(every, SLOWEST_S)
@@ -117,3 +126,5 @@ def test_lasting_series_are_read_at_their_group_interval() -> None:
     found = ranges(generate.rules_yaml())
     lasting = [r for r in found if r.what.endswith(":hourly_max")]
     assert lasting and all(r.interval_s == CONFIG.lasting_interval_s for r in lasting)
+    floors = [r for r in found if r.what.endswith(":highest_floor")]
+    assert floors and all(r.interval_s == CONFIG.floor_memory_interval_s for r in floors)

@@ -5,6 +5,7 @@ over points a surface read itself."""
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ class Windows:
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
+    floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor of this
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -49,7 +51,8 @@ class Windows:
                    config.pattern_period_s, config.lasting_interval_s,
                    lasting_hold=config.lasting_hold_s, swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
-                   release_window=config.release_window_s)
+                   release_window=config.release_window_s,
+                   floor_memory=config.floor_memory_s)
 
     @property
     def pattern_ahead(self) -> tuple[float, ...]:
@@ -121,6 +124,35 @@ def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
     return lowest(points, end - w.baseline - w.hour, end)
 
 
+def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """HIGHEST_FLOOR: the highest floor at the lasting evaluations from the floor memory
+    to an envelope window ago, of those whose whole window the points cover (a surface
+    that read two days sees the floors of a day before the last; the rules, a week's)."""
+    if not points:
+        return None
+    window = w.baseline + w.hour  # a floor: the hourly minima over the envelope window
+    first = max(points[0][0] + window, now - w.floor_memory + w.lasting_interval)
+    instants: list[float] = []
+    t = now - w.baseline
+    while t >= first - 1e-9:
+        instants.append(t)
+        t -= w.lasting_interval
+    best: float | None = None
+    lows: deque[Point] = deque()  # increasing values: the window's minimum first
+    i = 0
+    for t in reversed(instants):
+        while i < len(points) and points[i][0] <= t:
+            while lows and lows[-1][1] >= points[i][1]:
+                lows.pop()
+            lows.append(points[i])
+            i += 1
+        while lows and lows[0][0] <= t - window:
+            lows.popleft()
+        if lows and (best is None or lows[0][1] > best):
+            best = lows[0][1]
+    return best
+
+
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
     """The days-scale rise: the floor and the envelope of the peaks must both rise day
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
@@ -131,6 +163,11 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
         return None
     fa, fb = floor(points, now, w), floor(points, now, w, 1)
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
+    # From the week's highest floor where the peaks still reach it (HIGHEST_FLOOR): a
+    # weekly pattern's weekday floor comes back to last week's.
+    hf = highest_floor(points, now, w)
+    if fb is not None and hf is not None and ea is not None and fb < hf <= ea:
+        fb = hf
     rises = [a - b for a, b in ((fa, fb), (ea, eb)) if a is not None and b is not None]
     if not rises:
         return None
