@@ -48,6 +48,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "exporter-gaps": killed.exporter_gaps,
     "fast-ramp": killed.fast_ramp,
     "nightly-plateau": healthy.nightly_plateau,
+    "weekly": healthy.weekly,
 }
 
 
@@ -69,6 +70,7 @@ PROPERTIES: dict[str, str] = {
     "exporter-gaps": "gaps-and-rollouts-notify-once",
     "fast-ramp": "page-before-a-20min-ramp-kills",
     "nightly-plateau": "silent-on-nightly-batches",
+    "weekly": "silent-on-a-weekly-pattern",
 }
 
 

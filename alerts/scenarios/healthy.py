@@ -140,3 +140,34 @@ def nightly_plateau(rng: random.Random) -> Draw:
     _single(rec, pod, lambda t: limit, u)
     return Draw("nightly-plateau", 0, _healthy("nightly-plateau", step, 3 * DAY, rec),
                 {"step": step, "add": add, "up_min": up / MINUTE, "top": base + add})
+
+
+def weekly(rng: random.Random) -> Draw:
+    """Nine days of a weekly pattern: weekdays with a daily swing of 5-20 % of the limit
+    cresting at 75-88 %, weekends 10-30 % lower, reached and left over 1-6 hours, the
+    week starting on any day: silent (Monday's return to the weekday level is last
+    week's level, no growth)."""
+    step, pod = _step(rng, (60, 90, 120)), "weekly-0"
+    limit = rng.uniform(24, 64) * GiB
+    amp = rng.uniform(0.05, 0.2)
+    crest = rng.uniform(0.75, 0.88)
+    drop = rng.uniform(0.1, 0.3)
+    edge = rng.uniform(1, 6) * HOUR
+    first_day = rng.randrange(7)  # the weekday the replay starts on (0 = Monday)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def weekend(t: int) -> float:
+        """0 on weekdays, 1 on the weekend, ramped over ``edge`` at both ends."""
+        d = (t / DAY + first_day) % 7
+        if d >= 5:
+            return min(1.0, (d - 5) * DAY / edge)
+        return max(0.0, 1 - d * DAY / edge) if t >= edge or first_day else 0.0
+
+    def u(t: int) -> float:
+        return limit * (crest - amp - drop * weekend(t)) + diurnal(t, amp * limit) + noise(t)
+
+    end = 9 * DAY
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("weekly", 0, _healthy("weekly", step, end, rec),
+                {"step": step, "crest": crest, "drop": drop, "first_day": first_day})
