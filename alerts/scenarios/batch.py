@@ -52,7 +52,8 @@ def _mine(expr: str) -> str:
 
 
 def stats_query(eval_s: int, span_s: int) -> str:
-    """evaluate.stats_query per draw: episodes begun, the first and last notification."""
+    """evaluate.stats_query per draw: episodes begun, the first and last notification,
+    the last episode's beginning."""
     step = duration(eval_s)
     starts = _mine(f"({notified('', True)} unless {notified(step, True)})")
     now = _mine(notified("", True))
@@ -66,7 +67,10 @@ def stats_query(eval_s: int, span_s: int) -> str:
         f'"stat", "first", "", "")\n'
         f"or\n"
         f'label_replace(max by ({by}) (max_over_time(({now} * 0 + time()){rng})), '
-        f'"stat", "last", "", "")'
+        f'"stat", "last", "", "")\n'
+        f"or\n"
+        f'label_replace(max by ({by}) (max_over_time(({starts} * 0 + time()){rng})), '
+        f'"stat", "latest", "", "")'
     )
 
 
@@ -117,15 +121,21 @@ def parse(output: str, n: int) -> list[dict[Key, Stat]]:
             pod = lbl.get("pod", "").rsplit(SEP, 1)[0]
             key = (lbl.get("alertname", ""), lbl.get("severity", ""), pod,
                    lbl.get("container", ""))
-            st = acc[j].setdefault(key, [0.0, math.inf, -math.inf])
+            st = acc[j].setdefault(key, [0.0, math.inf, -math.inf, -math.inf])
             if lbl["stat"] == "episodes":
                 st[0] += float(value)
             elif lbl["stat"] == "first":
                 st[1] = min(st[1], float(value))
+            elif lbl["stat"] == "latest":
+                st[3] = max(st[3], float(value))
             else:
                 st[2] = max(st[2], float(value))
-    return [{k: Stat(int(e), f if f < math.inf else math.nan, x if x > -math.inf else math.nan)
-             for k, (e, f, x) in a.items() if e > 0} for a in acc]
+
+    def seen(x: float) -> float:
+        return x if math.isfinite(x) else math.nan
+
+    return [{k: Stat(int(e), seen(f), seen(x), seen(y))
+             for k, (e, f, x, y) in a.items() if e > 0} for a in acc]
 
 
 def replay(cases: Sequence[Any], rules: Sequence[Path], workdir: Path, promtool: str,

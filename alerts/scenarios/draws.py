@@ -37,6 +37,13 @@ class Draw:
     # The first kill of a crash loop (lead windows are read against it).
     first_kill_s: int | None = None
     first_kill_min_lead_s: int = 0
+    # Incidents the replay holds (each may notify MAX_NOTIFICATIONS times).
+    incidents: int = 1
+    # The last incident of several: its page's last episode begins within (least, most)
+    # seconds before the end; its ticket notifies without a break for at least
+    # ``ticket_held_s`` before the end.
+    last_page_lead_s: tuple[int, int] | None = None
+    ticket_held_s: int | None = None
 
     @property
     def label(self) -> str:

@@ -36,6 +36,7 @@ class Stat:
     episodes: int
     first_s: float
     last_s: float = math.nan  # the last evaluation at which it notified (firing, unmuted)
+    latest_s: float = math.nan  # when its last episode began
 
 
 # --- promtool input ---------------------------------------------------------------------------
@@ -136,7 +137,10 @@ def stats_query(case: Case, inhibit: bool, span_s: int) -> str:
         f'"stat", "first", "", "")\n'
         f"or\n"
         f'label_replace(max by ({by}) (max_over_time(({notified("", inhibit)} * 0 + '
-        f'time()){rng})), "stat", "last", "", "")'
+        f'time()){rng})), "stat", "last", "", "")\n'
+        f"or\n"
+        f'label_replace(max by ({by}) (max_over_time(({starts} * 0 + time()){rng})), '
+        f'"stat", "latest", "", "")'
     )
 
 
@@ -173,6 +177,7 @@ def parse_got(output: str) -> dict[Key, Stat]:
     episodes: dict[Key, int] = {}
     first: dict[Key, float] = {}
     last: dict[Key, float] = {}
+    latest: dict[Key, float] = {}
     for line in output.splitlines():
         line = line.strip()
         if not line.startswith("got:"):
@@ -185,9 +190,12 @@ def parse_got(output: str) -> dict[Key, Stat]:
                 episodes[key] = episodes.get(key, 0) + int(float(value))
             elif lbl["stat"] == "first":
                 first[key] = min(first.get(key, math.inf), float(value))
+            elif lbl["stat"] == "latest":
+                latest[key] = max(latest.get(key, -math.inf), float(value))
             else:
                 last[key] = max(last.get(key, -math.inf), float(value))
-    return {k: Stat(n, first.get(k, math.nan), last.get(k, math.nan))
+    return {k: Stat(n, first.get(k, math.nan), last.get(k, math.nan),
+                    latest.get(k, math.nan))
             for k, n in episodes.items() if n > 0}
 
 
@@ -219,7 +227,8 @@ def replay(case: Case, rules: list[Path], workdir: Path, promtool: str,
         stats = parse_got(out)
     if hit is not None:
         hit.parent.mkdir(parents=True, exist_ok=True)
-        hit.write_text(json.dumps({"\t".join(k): [v.episodes, v.first_s, v.last_s]
+        hit.write_text(json.dumps({"\t".join(k): [v.episodes, v.first_s, v.last_s,
+                                                   v.latest_s]
                                    for k, v in stats.items()}))
     return stats
 

@@ -21,6 +21,7 @@ holds ``Draw`` and the pieces they build one from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Callable
 
@@ -49,6 +50,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "fast-ramp": killed.fast_ramp,
     "nightly-plateau": healthy.nightly_plateau,
     "weekly": healthy.weekly,
+    "leak-restarted": killed.leak_restarted,
 }
 
 
@@ -71,6 +73,7 @@ PROPERTIES: dict[str, str] = {
     "fast-ramp": "page-before-a-20min-ramp-kills",
     "nightly-plateau": "silent-on-nightly-batches",
     "weekly": "silent-on-a-weekly-pattern",
+    "leak-restarted": "the-second-kill-is-ticketed-and-paged-too",
 }
 
 
@@ -90,14 +93,45 @@ def verdict(d: Draw, stats: dict[Key, Stat]) -> list[str]:
     for (alert, severity, pod, _), st in stats.items():
         if severity == "critical" and alert.startswith("HeadroomMemory"):
             per_pod[pod] = per_pod.get(pod, 0) + st.episodes
-    out += [f"{n} pager notifications for {pod} (at most {MAX_NOTIFICATIONS})"
-            for pod, n in sorted(per_pod.items()) if n > MAX_NOTIFICATIONS]
+    most = MAX_NOTIFICATIONS * d.incidents
+    out += [f"{n} pager notifications for {pod} (at most {most})"
+            for pod, n in sorted(per_pod.items()) if n > most]
+    out += last_incident(d, stats)
     if d.first_kill_s is not None:
         page = next(k for k in d.case.expect if k[0] == FILL)
         first = stats.get(page)
         if first is not None and d.first_kill_s - first.first_s < d.first_kill_min_lead_s:
             out.append(f"first page {evaluate._hm(d.first_kill_s - first.first_s)} before "
                        f"the first kill (needs {evaluate._hm(d.first_kill_min_lead_s)})")
+    return out
+
+
+def last_incident(d: Draw, stats: dict[Key, Stat]) -> list[str]:
+    """The last of several incidents: its page began within its lead window and its
+    ticket notified without a break before the end (``Draw.last_page_lead_s``,
+    ``Draw.ticket_held_s``)."""
+    out: list[str] = []
+    end, hm = d.case.end_s, evaluate._hm
+    if d.last_page_lead_s is not None:
+        least, most = d.last_page_lead_s
+        page = next(k for k in d.case.expect if k[0] == FILL and k[1] == "critical")
+        st = stats.get(page)
+        lead = end - st.latest_s if st is not None else math.nan
+        if not least <= lead <= most:
+            out.append(f"the last page began {hm(lead) if lead == lead else 'never'} "
+                       f"before the last kill (needs {hm(least)} to {hm(most)})")
+    if d.ticket_held_s is not None:
+        ticket = next(k for k in d.case.expect if k[0] == FILL and k[1] == "warning")
+        paged = stats.get(next(k for k in d.case.expect
+                               if k[0] == FILL and k[1] == "critical"))
+        st = stats.get(ticket)
+        # Notifying to the end, or until the page mutes it (the shipped inhibition).
+        until = end if paged is None else min(end, paged.latest_s)
+        if st is None or end - st.latest_s < d.ticket_held_s \
+                or st.last_s < until - d.case.evaluation_s:
+            began = hm(end - st.latest_s) if st is not None else "never"
+            out.append(f"the ticket's last episode began {began} before the last kill "
+                       f"(needs {hm(d.ticket_held_s)}, notifying until the page)")
     return out
 
 

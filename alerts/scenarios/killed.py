@@ -339,3 +339,47 @@ def fast_ramp(rng: random.Random) -> Draw:
     case = _killed("fast-ramp", step, kill, rec, pod, page_min=2 * MINUTE,
                    page_max=30 * MINUTE)
     return Draw("fast-ramp", 0, case, {"step": step, "ramp_min": length / MINUTE})
+
+
+def leak_restarted(rng: random.Random) -> Draw:
+    """A leak of 8-15 % of the limit a day under a daily swing of 5-20 % kills the
+    container after 2-6 days; Kubernetes restarts it in place and the same leak kills it
+    again days later. The first kill is paged ahead; the second is ticketed a day ahead
+    and paged within its lead window (the floors before a kill are no pattern the memory
+    comes back to)."""
+    step, pod = _step(rng, (60, 90, 120)), "releak-0"
+    limit = rng.uniform(24, 64) * GiB
+    amp = rng.uniform(0.05, 0.2)
+    rate = rng.uniform(0.08, 0.15) * limit / DAY
+    base = rng.uniform(0.4, 0.5) * limit
+    peak_h = rng.uniform(0, 24)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def since(t: int, start: int) -> float:
+        return base + rate * (t - start) + diurnal(t, amp * limit, peak_h) + noise(t)
+
+    first = first_at_or_above(lambda t: since(t, 0), lambda t: limit,
+                              range(0, 20 * DAY, step))
+    restart = first + 2 * step
+
+    def u(t: int) -> float | None:
+        if t <= first:
+            return since(t, 0)
+        return None if t < restart else since(t, restart)
+
+    kill = first_at_or_above(u, lambda t: limit, range(restart, 40 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u, oom_kill=lambda t: 0.0 if t <= first else 1.0)
+    case = _killed("leak-restarted", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=kill, ticket_min=DAY,
+                   allow=frozenset({_k(OOM, "warning", pod, "")}))
+    # The near misses of the second climb (the first one's are its own incident).
+    lead = noise_timed(SLOW_PAGE_MAX_LEAD_S, lambda t: u(t) if t >= restart else None,
+                       lambda t: limit, noise.sigma, kill, step)
+    case = dataclasses.replace(case, max_episodes=2 * 3,
+                               expect=case.expect | {_k(OOM, "warning", pod, "")})
+    return Draw("leak-restarted", 0, case,
+                {"step": step, "pct_day": rate * DAY / limit * 100, "swing": amp,
+                 "first_d": first / DAY, "kill_d": kill / DAY},
+                first_kill_s=first, first_kill_min_lead_s=PAGE_MIN_LEAD_S, incidents=2,
+                last_page_lead_s=(PAGE_MIN_LEAD_S, lead), ticket_held_s=DAY)
