@@ -129,11 +129,6 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
-        # From the highest floor of the week before where the peaks still reach it: a
-        # weekly pattern's weekday floor comes back to last week's, no growth. A leak's
-        # floor rises above every floor before it (the one a window ago is the
-        # highest); after a restart the old floors are above the new peaks and the
-        # floor a window ago counts, as before.
         # A kill ends a leak's climb: the floors before it are no pattern to come back to.
         (q.OOM_KILLED, expr(
             """
@@ -143,6 +138,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """,
             pod=pod, watcher=counted(exported(config, c.OOM_KILLS_TOTAL)),
             kernel=counted(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
+        # From the highest floor of the week before where the peaks still reach it: a
+        # weekly pattern's weekday floor comes back to last week's, no growth. A leak's
+        # floor rises above every floor before it (the one a window ago is the
+        # highest); after a restart the old floors are above the new peaks and the
+        # floor a window ago counts, as before, and so after an OOM kill.
         (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE, expr(
             "(last_over_time(${hf}[${hold}]) <= on ${g} ${env}"
             " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,

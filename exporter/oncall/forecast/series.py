@@ -38,7 +38,7 @@ class Windows:
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
-    floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor of this
+    floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
