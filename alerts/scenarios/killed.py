@@ -344,9 +344,9 @@ def fast_ramp(rng: random.Random) -> Draw:
 def leak_restarted(rng: random.Random) -> Draw:
     """A leak of 8-15 % of the limit a day under a daily swing of 5-20 % kills the
     container after 2-6 days; Kubernetes restarts it in place and the same leak kills it
-    again days later. The first kill is paged ahead; the second is ticketed a day ahead
-    and paged within its lead window (the floors before a kill are no pattern the memory
-    comes back to)."""
+    again days later. The first kill is paged ahead; the second is ticketed half a day
+    ahead or more and paged within its lead window (the floors before a kill are no
+    pattern the memory comes back to)."""
     step, pod = _step(rng, (60, 90, 120)), "releak-0"
     limit = rng.uniform(24, 64) * GiB
     amp = rng.uniform(0.05, 0.2)
@@ -382,4 +382,6 @@ def leak_restarted(rng: random.Random) -> Draw:
                 {"step": step, "pct_day": rate * DAY / limit * 100, "swing": amp,
                  "first_d": first / DAY, "kill_d": kill / DAY},
                 first_kill_s=first, first_kill_min_lead_s=PAGE_MIN_LEAD_S, incidents=2,
-                last_page_lead_s=(PAGE_MIN_LEAD_S, lead), ticket_held_s=DAY)
+                # Half a day, not one: the floor's rise needs the day before it past
+                # the restart, and a fast leak kills three days after it.
+                last_page_lead_s=(PAGE_MIN_LEAD_S, lead), ticket_held_s=12 * HOUR)
