@@ -29,6 +29,19 @@ def held(config: Config, metric: c.MetricSpec | str, labels: tuple[str, ...],
     )
 
 
+def counted(config: Config, raw: str, lookback_s: int, window_s: int) -> str:
+    """How far a counter rose: its figure now (held through a gap) above the highest it
+    had over ``lookback_s`` ending ``window_s`` ago. A series that is merely new (an
+    exporter restart re-reporting past counts, a new instance) has no past and counts
+    nothing; a counter that went down and came back counts nothing."""
+    return expr(
+        "clamp_min(last_over_time(${raw}[${hold}]) - max_over_time(${raw}[${back}] "
+        "offset ${w}), 0)",
+        raw=raw, hold=duration(config.hold_s), w=duration(window_s),
+        back=duration(lookback_s),
+    )
+
+
 def spans(name: str, age_s: int, window_s: int) -> str:
     """Present when ``name`` had a sample ``age_s`` to ``age_s + window_s`` ago: the
     series spans enough history for a slope to mean something (a new series' first

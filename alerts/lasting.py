@@ -12,7 +12,7 @@ from exporter import catalog as c
 from exporter import promql as q
 from exporter.promql import Config, by, duration, expr, one_of, selector
 
-from .build import Rule, exported, indent, recording_rules, spans
+from .build import Rule, counted, exported, indent, recording_rules, spans
 from .forecast import pattern_windows_s
 
 # The kinds whose growth a process accounts for: what grows there has a process to name.
@@ -55,15 +55,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """,
             name=name, before=before, g=gb, old=old)
 
-    def counted(raw: str) -> str:
-        # The counter now above its highest figure before the last interval: a kill
-        # since (each one seen at the next evaluation); a series that is merely new (an
-        # exporter restart) has no past and counts nothing.
-        return expr(
-            "clamp_min(last_over_time(${raw}[${hold}]) - max_over_time(${raw}[${back}]"
-            " offset ${w}), 0)",
-            raw=raw, hold=duration(config.hold_s), w=duration(config.hold_s),
-            back=duration(config.lasting_hold_s))
+    def killed(raw: str) -> str:
+        # The counter now above its highest figure over the hold before the last
+        # interval: a kill since, each one seen at the next evaluation.
+        return counted(config, raw, config.lasting_hold_s, config.hold_s)
 
     # The growth the binding horizon reads: day over day where the lasting horizon
     # binds the pod, over the last hour otherwise.
@@ -136,8 +131,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
               or
                 max by ${pod} (${kernel}) > 0
             """,
-            pod=pod, watcher=counted(exported(config, c.OOM_KILLS_TOTAL)),
-            kernel=counted(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
+            pod=pod, watcher=killed(exported(config, c.OOM_KILLS_TOTAL)),
+            kernel=killed(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
         # From the highest floor of the week before where the peaks still reach it: a
         # weekly pattern's weekday floor comes back to last week's, no growth. A leak's
         # floor rises above every floor before it (the one a window ago is the

@@ -7,23 +7,16 @@ from __future__ import annotations
 from exporter import catalog as c
 from exporter.promql import Config, by, duration, expr
 
-from .build import Rule, alerting_rule, exported
+from .build import Rule, alerting_rule, counted, exported
 
 
 def pod_oom_killed(config: Config) -> Rule:
     pod = config.pod_labels
     w = duration(config.oom_window_s)
-    hold = duration(config.hold_s)
     # Per raw series, now minus the highest value it had over the lookback one window
-    # ago: a series that is merely new (an exporter restart re-reporting past kills, a
-    # new instance) has no past and counts nothing; a counter that went down and came
-    # back (a fresh exporter showing 0, then the kills it re-read) counts nothing.
+    # ago (a fresh exporter showing 0, then the kills it re-read, counts nothing).
     def kills(raw: str) -> str:
-        return expr(
-            "clamp_min(last_over_time(${raw}[${hold}]) - max_over_time(${raw}[${back}] "
-            "offset ${w}), 0)",
-            raw=raw, hold=hold, w=w, back=duration(config.oom_lookback_s),
-        )
+        return counted(config, raw, config.oom_lookback_s, config.oom_window_s)
 
     # The watcher counts per process, each kill once (exporter/oom/watcher.py says what
     # one kill is); the kernel's oom_kill event per cgroup, the pod-level cgroup's counting
