@@ -112,19 +112,19 @@ def last_incident(d: Draw, stats: dict[Key, Stat]) -> list[str]:
     ``Draw.ticket_held_s``)."""
     out: list[str] = []
     end, hm = d.case.end_s, evaluate._hm
+
+    def fill(severity: str) -> Stat | None:
+        return stats.get(next(k for k in d.case.expect if k[0] == FILL and k[1] == severity))
+
+    paged = fill("critical")
     if d.last_page_lead_s is not None:
         least, most = d.last_page_lead_s
-        page = next(k for k in d.case.expect if k[0] == FILL and k[1] == "critical")
-        st = stats.get(page)
-        lead = end - st.latest_s if st is not None else math.nan
+        lead = end - paged.latest_s if paged is not None else math.nan
         if not least <= lead <= most:
             out.append(f"the last page began {hm(lead) if lead == lead else 'never'} "
                        f"before the last kill (needs {hm(least)} to {hm(most)})")
     if d.ticket_held_s is not None:
-        ticket = next(k for k in d.case.expect if k[0] == FILL and k[1] == "warning")
-        paged = stats.get(next(k for k in d.case.expect
-                               if k[0] == FILL and k[1] == "critical"))
-        st = stats.get(ticket)
+        st = fill("warning")
         # Notifying to the end, or until the page mutes it (the shipped inhibition).
         until = end if paged is None else min(end, paged.latest_s)
         if st is None or end - st.latest_s < d.ticket_held_s \
