@@ -114,7 +114,9 @@ def last_incident(d: Draw, stats: dict[Key, Stat]) -> list[str]:
     end, hm = d.case.end_s, evaluate._hm
 
     def fill(severity: str) -> Stat | None:
-        return stats.get(next(k for k in d.case.expect if k[0] == FILL and k[1] == severity))
+        # A silent class expects no FillingUp of that severity: nothing to look up.
+        key = next((k for k in d.case.expect if k[0] == FILL and k[1] == severity), None)
+        return stats.get(key) if key is not None else None
 
     paged = fill("critical")
     if d.last_page_lead_s is not None:

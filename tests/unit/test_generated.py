@@ -102,3 +102,17 @@ def test_a_near_miss_moves_the_earliest_page_back_to_it() -> None:
     # 969 is 3.1 deviations below the limit: no near miss.
     assert draws.noise_timed(page_max, lambda t: 969.0 if t < 50_000 else 1000.0, lim,
                              sigma, 50_000, 10) == page_max
+
+
+@pytest.mark.parametrize("cls", sorted(generator.CLASSES))
+def test_the_verdict_judges_every_class_without_a_replay(cls: str) -> None:
+    """The verdict is a pure function of the draw and the stats: it must answer for
+    every class (silent ones expect no page to look up) on no alerts, and name a page the
+    class did not expect, without running promtool."""
+    d = generator.draw(cls, 0)
+    silent = generator.verdict(d, {})
+    assert isinstance(silent, list)
+    stray = ("HeadroomMemoryFillingUp", "critical", "stray-pod", "vllm")
+    loud = generator.verdict(d, {stray: evaluate.Stat(1, d.case.end_s - 3600, d.case.end_s)})
+    assert any("stray-pod" in p and "unexpected" in p for p in loud), loud
+    assert not any("stray-pod" in p for p in silent)
