@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr, one_of, series
+from exporter.promql import Config, by, duration, expr
 
 from .build import Rule, exported, held, indent, recording_rules, spans
-
-# The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
-# MEMORY_KIND records them (the lasting group folds sock into kernel).
-UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
 
 
 def pattern_windows_s(config: Config) -> tuple[int, ...]:
@@ -25,54 +21,24 @@ def pattern_windows_s(config: Config) -> tuple[int, ...]:
 
 def _pattern_ttl(config: Config) -> str:
     """Seconds until the limit by the daily pattern: the first window ahead whose
-    pattern peak reaches the limit in force now (its length: an upper bound)."""
-    parts = [
-        expr(
-            "(last_over_time(${peak}{within=\"${w}\"}[${hold}]) >= on ${g} group_left () "
-            "${limit}) * 0 + ${s}",
-            peak=q.PATTERN_PEAK, w=duration(w), hold=duration(config.lasting_hold_s),
-            g=by(*config.group_labels), limit=q.LIMIT, s=w)
-        for w in pattern_windows_s(config)
-    ]
-    return f"min by {by(*config.group_labels)} (\n    " + "\n  or\n    ".join(parts) + "\n)"
-
-
-def _pattern_ceiling(config: Config) -> str:
-    """The envelope of the peaks plus the margin a recurring climb stays within
-    (``PATTERN_CEILING``): recorded once, read twice by ``_climb_beyond_pattern``."""
+    pattern peak reaches the limit in force now (its length: an upper bound). Every
+    window is compared with the limit at once, and a constant vector per window turns
+    its label into its length: the limit of every cgroup is read once, not per window."""
     g = by(*config.group_labels)
-    hold = duration(config.lasting_hold_s)
-    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
-    margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
-    # After a release a climb above the peaks is the next tooth while it stays within
-    # the margin plus the envelope's own rise over the release window (the teeth of a
-    # leaking sawtooth climb that much before the lasting trend exists). Without one,
-    # the margin counts against peaks that recur, not against a climb's own last hours:
-    # where the envelope is no higher than the hour before the last one reached, it is
-    # the climb itself (a steady leak, even a noisy one), and there is no margin.
-    env = expr(
+    lengths = "\n    or ".join(
+        f'label_replace(vector({w}), "within", "{duration(w)}", "", "")'
+        for w in pattern_windows_s(config))
+    return expr(
         """
-        ${env}
-        + on ${g}
-        (
+        min by ${g} (
+            (last_over_time(${peak}[${hold}]) >= on ${g} group_left () ${limit}) * 0
+          + on (within) group_left ()
             (
-                ${margin} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
-              or on ${g}
-                ${margin}
+                ${lengths}
             )
-            and on ${g} last_over_time(${released}[${hold}])
-          or on ${g}
-            ${margin}
-            unless on ${g}
-            ${env} <= on ${g} max_over_time(${hmax}[${hold}] offset ${hw})
-          or on ${g}
-            ${limit} * 0
         )""",
-        env=envelope, g=g, margin=margin, released=q.RELEASED, hold=hold,
-        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
-                   f"offset {duration(config.release_window_s)})",
-        hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
-    return env
+        g=g, peak=q.PATTERN_PEAK, hold=duration(config.lasting_hold_s), limit=q.LIMIT,
+        lengths=lengths)
 
 
 def _climb_beyond_pattern(config: Config) -> str:
@@ -85,7 +51,7 @@ def _climb_beyond_pattern(config: Config) -> str:
     the limit."""
     g = by(*config.group_labels)
     hold = duration(config.lasting_hold_s)
-    env = q.PATTERN_CEILING
+    env = f"last_over_time({q.PATTERN_CEILING}[{hold}])"
     rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}])'
     return expr(
         """
@@ -117,14 +83,6 @@ def fast_recording_rules(config: Config) -> list[Rule]:
     pod = by(*config.pod_labels)
     kv = (*g, "model_name", "engine")
     hold_lasting = duration(config.lasting_hold_s)
-
-    def per_process(pss_kind: str, rss_kind: str) -> str:
-        # PSS where the exporter read it (it splits shared pages), else RSS.
-        return expr(
-            "(\n  ${pss}\nor\n  ${rss}\n)",
-            pss=held(config, c.PROCESS_MEMORY_PSS_BYTES, (*g, "process"), kind=pss_kind),
-            rss=held(config, c.PROCESS_MEMORY_BYTES, (*g, "process"), kind=rss_kind),
-        )
 
     def growth(slope: str, sustain_s: int, window_s: int, climbing: bool = False) -> str:
         # The slowest slope over the sustain window, once the series spans both; for the
@@ -218,7 +176,6 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             peak_headroom=peak_headroom, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
             limit=q.LIMIT, level=lasting_level, hold=hold_lasting,
             pattern=indent(_pattern_ttl(config), 18))),
-        (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
         (q.TIME_TO_LIMIT, expr(
             """
@@ -245,28 +202,6 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             """,
             limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
             g=gb, quiet=q.QUIET_SWING, hold=hold_lasting, rate=lasting_rate)),
-        (q.PROCESS_MEMORY, expr(
-            "${anon}\n+\n${shm}\nor\n${anon}",
-            anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),
-        (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
-        (q.MEMORY_KIND, expr(
-            "max by ${g} (last_over_time(${raw}[${hold}]))",
-            g=by(*g, "kind"), hold=duration(config.hold_s),
-            raw=series(c.MEMORY_BYTES, config.selector, one_of("kind", *UNRECLAIMABLE_KINDS)))),
-        # Container level: its own processes. Pod level: every container's processes,
-        # joined on the pod labels (the pod cgroup has container="").
-        (q.HIDDEN, expr(
-            """
-            clamp_min(${u}{container!=""} - ${attr}, 0)
-            or
-            clamp_min(
-                ${u}{container=""}
-              - on ${pod} group_left ()
-                sum by ${pod} (${attr}),
-              0
-            )
-            """,
-            u=q.UNRECLAIMABLE, attr=q.PROCESS_ATTRIBUTED, pod=pod)),
         (q.TMPFS_USED, held(config, c.TMPFS_USED_BYTES, (*g, "mount"))),
         (q.TMPFS_SIZE, held(config, c.TMPFS_SIZE_BYTES, (*g, "mount")) + " > 0"),
         # With no usage reported (or a usage that means in-flight transfers, not

@@ -10,13 +10,98 @@ from typing import Any
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr, one_of, selector
+from exporter.promql import Config, by, duration, expr, one_of, selector, series
 
-from .build import Rule, counted, exported, indent, recording_rules, spans
+from .build import Rule, counted, exported, held, indent, recording_rules, spans
 from .forecast import pattern_windows_s
 
 # The kinds whose growth a process accounts for: what grows there has a process to name.
 PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
+# The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
+# MEMORY_KIND records them (the growth rules fold sock into kernel).
+UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
+
+
+def _pattern_ceiling(config: Config) -> str:
+    """The envelope of the peaks plus the margin a recurring climb stays within
+    (``PATTERN_CEILING``): recorded here, with the figures it is made of, and read
+    twice a minute by ``alerts.forecast``'s climb beyond the pattern."""
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    envelope = q.PEAK_ENVELOPE
+    margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
+    # After a release a climb above the peaks is the next tooth while it stays within
+    # the margin plus the envelope's own rise over the release window (the teeth of a
+    # leaking sawtooth climb that much before the lasting trend exists). Without one,
+    # the margin counts against peaks that recur, not against a climb's own last hours:
+    # where the envelope is no higher than the hour before the last one reached, it is
+    # the climb itself (a steady leak, even a noisy one), and there is no margin.
+    env = expr(
+        """
+        ${env}
+        + on ${g}
+        (
+            (
+                ${margin} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
+              or on ${g}
+                ${margin}
+            )
+            and on ${g} ${released}
+          or on ${g}
+            ${margin}
+            unless on ${g}
+            ${env} <= on ${g} max_over_time(${hmax}[${hold}] offset ${hw})
+          or on ${g}
+            ${limit} * 0
+        )""",
+        env=envelope, g=g, margin=margin, released=q.RELEASED, hold=hold,
+        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
+                   f"offset {duration(config.release_window_s)})",
+        hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
+    return env
+
+
+def breakdown_rules(config: Config) -> list[tuple[str, str]]:
+    """What the memory is made of, per kind and per process, and what no process accounts
+    for: the top grower's inputs, first in the lasting group. Recorded every lasting
+    interval, not every minute: they are the costliest figures per cgroup (a series per
+    kind and per process) and only hour-long slopes and day-over-day means read them."""
+    g = config.group_labels
+    gb = by(*g)
+    pod = by(*config.pod_labels)
+
+    def per_process(pss_kind: str, rss_kind: str) -> str:
+        # PSS where the exporter read it (it splits shared pages), else RSS.
+        return expr(
+            "(\n  ${pss}\nor\n  ${rss}\n)",
+            pss=held(config, c.PROCESS_MEMORY_PSS_BYTES, (*g, "process"), kind=pss_kind),
+            rss=held(config, c.PROCESS_MEMORY_BYTES, (*g, "process"), kind=rss_kind),
+        )
+
+    return [
+        (q.PROCESS_MEMORY, expr(
+            "${anon}\n+\n${shm}\nor\n${anon}",
+            anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),
+        (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
+        (q.MEMORY_KIND, expr(
+            "max by ${g} (last_over_time(${raw}[${hold}]))",
+            g=by(*g, "kind"), hold=duration(config.hold_s),
+            raw=series(c.MEMORY_BYTES, config.selector, one_of("kind", *UNRECLAIMABLE_KINDS)))),
+        # Container level: its own processes. Pod level: every container's processes,
+        # joined on the pod labels (the pod cgroup has container="").
+        (q.HIDDEN, expr(
+            """
+            clamp_min(${u}{container!=""} - ${attr}, 0)
+            or
+            clamp_min(
+                ${u}{container=""}
+              - on ${pod} group_left ()
+                sum by ${pod} (${attr}),
+              0
+            )
+            """,
+            u=q.UNRECLAIMABLE, attr=q.PROCESS_ATTRIBUTED, pod=pod)),
+    ]
 
 
 def lasting_recording_rules(config: Config) -> list[Rule]:
@@ -117,6 +202,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         top_process=indent(top_process, 2), g=gb, top_kind=top_kind,
         process_kinds=process_kinds)
     rules_: list[tuple[str, str]] = [
+        *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
@@ -153,10 +239,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # var(t) of n samples evenly spread over the window: T^2 (n+1) / (12 (n-1)) when
         # both edges hold one (Prometheus 2), a hair more than the T^2 (n^2-1) / 12 n^2
         # of a left-open window (Prometheus 3): a steady climb leaves no noise on either.
+        # (n+1) / 12 (n-1) is written (1 + 2 / (n-1)) / 12: the hour is counted once.
         (q.HOURLY_NOISE, expr(
             "${swing} * sqrt(clamp_min("
             "stddev_over_time(${u}[${hw}]) ^ 2 - (deriv(${u}[${hw}]) * ${hw_s}) ^ 2"
-            " * (count_over_time(${u}[${hw}]) + 1) / (12 * (count_over_time(${u}[${hw}]) - 1)),"
+            " * (1 + 2 / (count_over_time(${u}[${hw}]) - 1)) / 12,"
             " 0))",
             swing=q.HOUR_SWING_DEVIATIONS, u=q.UNRECLAIMABLE, hw=hw,
             hw_s=config.hourly_window_s)),
@@ -176,6 +263,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.RELEASED, expr(
             "max by ${g} (present_over_time(${sign}{sign=\"release\"}[${w}]))",
             g=gb, sign=q.PATTERN_SIGN, w=duration(config.release_window_s))),
+        (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_BASELINE)),
@@ -233,6 +321,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             named=indent(named, 4), g=gb, top_kind=top_kind, kg=kg(*PROCESS_KINDS),
             anon=c.KIND_ANON, binding=q.BINDING)),
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
+        # SharedMemoryFillingUp's trend: hours of every mount's figure, read here every
+        # lasting interval rather than by the alert every minute.
+        (q.TMPFS_PREDICTED, expr(
+            "predict_linear(${used}[${w}], ${horizon})\nand\n${spans}",
+            used=q.TMPFS_USED, w=duration(config.shm_fill_window_s),
+            horizon=config.shm_fill_horizon_s,
+            spans=spans(q.TMPFS_USED, config.shm_fill_window_s // 2,
+                        config.shm_fill_window_s // 2))),
     ]
     return recording_rules(rules_, q.LASTING_RECORDING_RULE_HELP)
 

@@ -9,23 +9,23 @@ from exporter import catalog as c
 from exporter import promql as q
 from exporter.promql import Config, duration, expr, number
 
-from .build import Rule, alerting_rule, held, hysteresis, spans
+from .build import Rule, alerting_rule, held, hysteresis
 
 
 def shared_memory_filling_up(config: Config) -> Rule:
     w = config.shm_fill_window_s
     name = "HeadroomSharedMemoryFillingUp"
     full = 1 - config.shm_fill_max_free_ratio
+    # The trend is the lasting group's (TMPFS_PREDICTED), held through one of its
+    # intervals; the fill level and the size are the minute's.
     fire = expr(
         """
         ${used} / ${size} > ${full}
         and
-        predict_linear(${used}[${w}], ${horizon}) > ${size}
-        and
-        ${spans}
+        last_over_time(${predicted}[${hold}]) > ${size}
         """,
-        used=q.TMPFS_USED, size=q.TMPFS_SIZE, full=round(full, 6), w=duration(w),
-        horizon=config.shm_fill_horizon_s, spans=spans(q.TMPFS_USED, w // 2, w // 2),
+        used=q.TMPFS_USED, size=q.TMPFS_SIZE, full=round(full, 6),
+        predicted=q.TMPFS_PREDICTED, hold=duration(config.lasting_hold_s),
     )
     clear = f"{q.TMPFS_USED} / {q.TMPFS_SIZE} > {number(round(full - 0.1, 6))}"
     condition = hysteresis(config, name, "warning", fire, clear,

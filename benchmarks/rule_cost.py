@@ -10,11 +10,12 @@ by a real Prometheus (the Debian package) evaluating the shipped rules
 
 The history each rule reads is backfilled first with `promtool tsdb create-blocks-from
 openmetrics`, and only that (`HISTORY`): the 1-minute recorded figures over the
-windows read (the last hour, the same hour a day ago for the day-over-day growth, 6 h
-of /dev/shm for its forecast), the lasting group's 5-minute figures over the day and
-two hours its floors, envelope and pattern read, their own figures a day ago (what the
-rises read), a day of what grew, and the raw `memory.events` counters over the hour
-and ten minutes the OOM alert reads. The other raw series are read over at most 15
+windows read (the last hour, 6 h of /dev/shm for its forecast), the lasting group's
+5-minute figures: the breakdown per kind and per process over the last hour and the
+same hour a day ago (the day-over-day growth), the floors, envelope and pattern over
+the day and two hours they read, their own figures a day ago (what the rises read), a
+day of what grew, and the raw `memory.events` counters over the hour and ten minutes
+the OOM alert reads. The other raw series are read over at most 15
 minutes: the scrapes fill those windows before the lasting group's second round is
 measured. The backfill is one OpenMetrics file per 6-hour block (promtool reads its
 whole input once per block it writes), converted two at a time; Prometheus runs with

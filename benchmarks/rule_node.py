@@ -123,15 +123,17 @@ def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterat
     }
 
 
-def _day_ago(hours: float = 1) -> Span:
-    return DAY + int(hours * HOUR) + 2 * MINUTE, DAY - MINUTE, MINUTE
+def _day_ago(hours: float = 1, step: int = MINUTE) -> Span:
+    return DAY + int(hours * HOUR) + 2 * step, DAY - step, step
 
 
 RECENT_HOUR: Span = (HOUR + MINUTE, 0, MINUTE)
+LASTING_S = 300  # the lasting group's interval: the breakdown's figures are that far apart
+RECENT_HOUR_LASTING: Span = (HOUR + LASTING_S, 0, LASTING_S)
 # A lasting figure read a day ago (last_over_time([15m] offset 1d)), and the guard that
 # the series spans both windows (present_over_time([15m] offset 2d1h45m)).
-A_DAY_AGO_HELD: Span = (DAY + 20 * MINUTE, DAY - 5 * MINUTE, 300)
-SPANS_GUARD: Span = (2 * DAY + 2 * HOUR + 5 * MINUTE, 2 * DAY + HOUR + 40 * MINUTE, 300)
+A_DAY_AGO_HELD: Span = (DAY + 20 * MINUTE, DAY - 5 * MINUTE, LASTING_S)
+SPANS_GUARD: Span = (2 * DAY + 2 * HOUR + 5 * MINUTE, 2 * DAY + HOUR + 40 * MINUTE, LASTING_S)
 # Family -> its rows and the spans the rules read (windows plus offsets, rounded up to
 # a step), from alerts/headroom.rules.yaml.
 HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
@@ -140,30 +142,32 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     # deriv[30m], max_over_time[5m] offset 1h, max_over_time[1h] (hourly maxima)
     (q.UNRECLAIMABLE, "level", ((HOUR + 7 * MINUTE, 0, MINUTE),)),
     (q.WORKING_SET, "working_set", (RECENT_HOUR,)),  # min_over_time[1h]
-    (q.HIDDEN, "hidden", (RECENT_HOUR, _day_ago())),  # deriv[1h], [1h] offset 1d
+    # The breakdown (the lasting group): deriv[1h], avg_over_time[1h] offset 1d.
+    (q.HIDDEN, "hidden", (RECENT_HOUR_LASTING, _day_ago(step=LASTING_S))),
     (q.SLOPE_SHORT, "slope", ((7 * MINUTE, 0, MINUTE),)),  # min_over_time[6m]
     (q.SLOPE_MEDIUM, "slope", ((31 * MINUTE, 0, MINUTE),)),  # min_over_time[30m]
     (q.GROWTH + "\thorizon=medium", "leak", ((16 * MINUTE, 0, MINUTE),)),  # instant
-    (q.MEMORY_KIND, "kind", (RECENT_HOUR, _day_ago())),
-    (q.PROCESS_MEMORY, "process", (RECENT_HOUR, _day_ago())),
+    (q.MEMORY_KIND, "kind", (RECENT_HOUR_LASTING, _day_ago(step=LASTING_S))),
+    (q.PROCESS_MEMORY, "process", (RECENT_HOUR_LASTING, _day_ago(step=LASTING_S))),
     # predict_linear[6h], deriv[1h], avg_over_time[1h] offset 1d
     (q.TMPFS_USED, "tmpfs", ((6 * HOUR + MINUTE, 0, MINUTE), _day_ago())),
+    (q.TMPFS_PREDICTED, "tmpfs", ((15 * MINUTE, 0, LASTING_S),)),  # last_over_time[15m]
     (q.VLLM_UP, "one", (RECENT_HOUR,)),  # max_over_time[1h]
     # The lasting group, every 5 min: the floors and the envelope over [1d] (the
     # maxima an hour later, and a day ahead of the pattern), their own figures a day
     # ago ([15m] offset 1d), the guard present_over_time[15m] offset 2d1h45m, and a
     # day of what grew and of vLLM's answers.
-    (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, 300),)),
-    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, 300), SPANS_GUARD)),
-    (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, 300),)),
-    (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, 300),)),
+    (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, LASTING_S),)),
+    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S), SPANS_GUARD)),
+    (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
+    (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.UNRECLAIMABLE_BASELINE, "level", (A_DAY_AGO_HELD,)),
     (q.HIDDEN_BASELINE, "hidden", (A_DAY_AGO_HELD,)),
-    (q.PEAK_ENVELOPE, "level", ((15 * MINUTE, 0, 300), A_DAY_AGO_HELD)),
-    (q.GROWTH + "\thorizon=lasting", "leak", ((DAY + 5 * MINUTE, 0, 300),)),
-    (q.GREW, "leak", ((DAY + 5 * MINUTE, 0, 300),)),  # max_over_time[1d]
-    (q.VLLM_ANSWERED, "one", ((DAY + 5 * MINUTE, 0, 300),)),  # max_over_time[1d]
-    (q.HOURLY_RANGE, "range", ((15 * MINUTE, 0, 300),)),
+    (q.PEAK_ENVELOPE, "level", ((15 * MINUTE, 0, LASTING_S), A_DAY_AGO_HELD)),
+    (q.GROWTH + "\thorizon=lasting", "leak", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
+    (q.GREW, "leak", ((DAY + 5 * MINUTE, 0, LASTING_S),)),  # max_over_time[1d]
+    (q.VLLM_ANSWERED, "one", ((DAY + 5 * MINUTE, 0, LASTING_S),)),  # max_over_time[1d]
+    (q.HOURLY_RANGE, "range", ((15 * MINUTE, 0, LASTING_S),)),
 )
 
 

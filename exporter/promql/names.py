@@ -26,21 +26,20 @@ SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
 SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
 GROWTH = "headroom:memory_growth:rate"  # label horizon: short, medium, lasting
 TIME_TO_LIMIT_BY_HORIZON = "headroom:memory_time_to_limit_by_horizon:seconds"
-PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
 TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
 ENVELOPE_TIME_TO_LIMIT = "headroom:memory_envelope_time_to_limit:seconds"
 PEAK_HEADROOM_SWINGS = "headroom:memory_peak_headroom:swings"
-PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
-PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
-MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
-HIDDEN = "headroom:memory_hidden:bytes"
 TMPFS_USED = "headroom:tmpfs_used:bytes"  # per workload and mount
 TMPFS_SIZE = "headroom:tmpfs_size:bytes"  # per workload and mount
 KV_OFFLOAD_PENDING = "headroom:vllm_kv_offload_pending:bytes"
 NODE_AVAILABLE = "headroom:node_memory_available:bytes"  # per node
 VLLM_UP = "headroom:vllm_up:ratio"
 # The lasting group (evaluated every Config.lasting_interval_s).
+PROCESS_MEMORY = "headroom:process_memory:bytes"  # per workload and process
+PROCESS_ATTRIBUTED = "headroom:process_memory_attributed:bytes"
+MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
+HIDDEN = "headroom:memory_hidden:bytes"
 HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
 HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
 OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
@@ -56,10 +55,9 @@ QUIET_SWING = "headroom:memory_unreclaimable:quiet_swing"
 PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
+PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 GREW = "headroom:memory_grew:bool"
-# The floor memory group (evaluated every Config.floor_memory_interval_s).
-HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
@@ -69,6 +67,9 @@ KIND_LASTING_GROWTH = "headroom:memory_kind_lasting_growth:rate"  # per workload
 PROCESS_LASTING_GROWTH = "headroom:process_memory_lasting_growth:rate"
 TOP_GROWER = "headroom:memory_top_grower:rate"  # labels kind, process
 VLLM_ANSWERED = "headroom:vllm_answered:bool"
+TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
+# The floor memory group (evaluated every Config.floor_memory_interval_s).
+HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 # Compatibility: the alert owner of earlier releases is the binding cgroup.
 OWNER = BINDING
 
@@ -102,10 +103,6 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
     "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
     "reaches the limit: 1, 2, 3 or 6 h)",
-    PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
-    "plus a margin (1 % of the limit, and the envelope's rise over the release window "
-    "after a release; none where the envelope is what the hour before the last one "
-    "reached: a steady climb's own); the figure CLIMB_BEYOND_PATTERN compares with",
     CLIMB_BEYOND_PATTERN: "1 where the climb now goes beyond what the recurring peaks "
     "explain: above their envelope by a margin and a day of their lasting trend (or by "
     "fill_beyond_trend_s of it while the lasting horizon reaches the limit within a "
@@ -120,12 +117,6 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), present "
     "only with lasting growth: below half a swing the next excursion like the quietest "
     "hour's reaches the limit (the page's noise band)",
-    PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
-    PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
-    MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
-    "(memory-backed tmpfs files), kernel (kernel + socket buffers)",
-    HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
-    "kernel memory, charges left by dead containers)",
     TMPFS_USED: "bytes used in each memory-backed tmpfs of the pod (per mount)",
     TMPFS_SIZE: "size of each memory-backed tmpfs of the pod (per mount)",
     KV_OFFLOAD_PENDING: "part of vLLM's CPU KV-offload tier not yet in use: "
@@ -135,6 +126,12 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "/metrics",
 }
 LASTING_RECORDING_RULE_HELP: dict[str, str] = {
+    PROCESS_MEMORY: "anon + mapped shmem per process name (PSS where present, else RSS)",
+    PROCESS_ATTRIBUTED: "anon + mapped shmem the container's processes account for",
+    MEMORY_KIND: "unreclaimable memory per kind: anon, shmem (not in a tmpfs), dev_shm "
+    "(memory-backed tmpfs files), kernel (kernel + socket buffers)",
+    HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
+    "kernel memory, charges left by dead containers)",
     HOURLY_MAX: "highest unreclaimable figure over the last hour",
     HOURLY_MIN: "lowest unreclaimable figure over the last hour",
     WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
@@ -167,6 +164,10 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "has only climbed since it appeared is not known: a warm-up, a first tooth)",
     RELEASED: "1 where a release was seen within the release window: a climb above the "
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
+    PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
+    "plus a margin (1 % of the limit, and the envelope's rise over the release window "
+    "after a release; none where the envelope is what the hour before the last one "
+    "reached: a steady climb's own); the figure CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
@@ -189,6 +190,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "named, not the swing), over the last hour otherwise",
     VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
     "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
+    TMPFS_PREDICTED: "each memory-backed tmpfs's usage shm_fill_horizon ahead on its "
+    "trend over shm_fill_window (predict_linear), where the series spans half that "
+    "window: what SharedMemoryFillingUp compares with the mount's size",
 }
 FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     HIGHEST_FLOOR: "the highest floor (UNRECLAIMABLE_BASELINE) recorded over the floor "
