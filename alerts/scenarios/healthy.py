@@ -145,15 +145,16 @@ def nightly_plateau(rng: random.Random) -> Draw:
 def weekly(rng: random.Random) -> Draw:
     """Nine days of a weekly pattern: weekdays with a daily swing of 5-20 % of the limit
     cresting at 75-88 %, weekends 10-30 % lower, reached and left over 1-6 hours, the
-    week starting on any day: silent (Monday's return to the weekday level is last
-    week's level, no growth)."""
+    replay starting on any weekday: silent (Monday's return to the weekday level is
+    last week's level, no growth). Not on a weekend: a pod started then has never been
+    at its weekday level, and its first Monday is a rise to any rule."""
     step, pod = _step(rng, (60, 90, 120)), "weekly-0"
     limit = rng.uniform(24, 64) * GiB
     amp = rng.uniform(0.05, 0.2)
     crest = rng.uniform(0.75, 0.88)
     drop = rng.uniform(0.1, 0.3)
     edge = rng.uniform(1, 6) * HOUR
-    first_day = rng.randrange(7)  # the weekday the replay starts on (0 = Monday)
+    first_day = rng.randrange(5)  # the weekday the replay starts on (0 = Monday)
     noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
 
     def weekend(t: int) -> float:
