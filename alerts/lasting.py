@@ -1,5 +1,6 @@
-"""The lasting recording group: hourly minima and maxima, the floor and the envelope of
-the peaks, the lasting horizon, the daily pattern and the top grower.
+"""The lasting recording group: the breakdown per kind and per process, hourly minima and
+maxima, the floor and the envelope of the peaks, the pattern and its ceiling, the
+lasting horizon, the top grower and the /dev/shm trend.
 
 Evaluated every ``lasting_interval_s``; no rule here reads a day of raw samples.
 """
