@@ -9,7 +9,8 @@ paces:
     there is the one that kills, and it may not raise the kernel's lifetime peak (a cgroup
     that once hit its limit keeps that peak forever);
   - it is ramping: it rose by ``RISE_SHARE`` of its limit (at least ``RISE_FLOOR``) since
-    its previous reading, or its lifetime peak rose (a burst between two readings);
+    its previous reading, or its lifetime peak rose that far above that reading (a burst
+    between two readings);
   - the kernel said it moved: its kill domain was notified, or (v1) it crossed its usage
     threshold (``usage_events.UsageThresholds``);
   - it is young: it appeared after the sampler's first listing (a model load, a crash
@@ -122,7 +123,11 @@ def observe(c: Cadence, now: float, usage: int, lifetime: int | None,
             limit: int | None, watched: bool = False) -> None:
     """A reading: what decides the next ticks' pace. ``watched``: the kernel watches its
     climb (``kernel_watches``)."""
-    rose = (lifetime is not None and c.lifetime is not None and lifetime > c.lifetime)
+    # A burst between two readings: the lifetime peak rose, to a ramp above the last
+    # reading. A peak that creeps a few pages above it (an idle runtime's allocations,
+    # kernel memory) is no burst: it must not make a quiet cgroup fast.
+    rose = (lifetime is not None and c.lifetime is not None and lifetime > c.lifetime
+            and is_ramp(c.usage, lifetime, limit))
     if rose or is_ramp(c.usage, usage, limit):
         c.hold(now + FAST_HOLD)
     if is_near(usage, limit):

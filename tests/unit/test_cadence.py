@@ -65,6 +65,17 @@ def test_a_lifetime_peak_rise_is_a_burst_in_between() -> None:
     assert cadence.due(c, 101.2)
 
 
+def test_a_lifetime_peak_that_creeps_a_few_pages_is_no_burst() -> None:
+    """An idle process's runtime or the kernel charges a few pages now and then: the
+    lifetime peak creeps above the last reading by far less than a ramp. A quiet cgroup
+    stays quiet (v2 guest: it was read every tick for 5 s after each such creep)."""
+    c = Cadence()
+    cadence.observe(c, 100.1, 20 * MiB, 20 * MiB, LIMIT, watched=True)
+    cadence.observe(c, 105.0, 20 * MiB, 20 * MiB + 64 * 4096, LIMIT, watched=True)
+    assert c.quiet and not cadence.due(c, 105.2)
+    assert cadence.next_due(c, 105.2) == 110.0
+
+
 def test_no_slow_pace_where_it_does_not_fit() -> None:
     assert cadence.adaptive(0.2, 15.0)
     assert not cadence.adaptive(1.0, 15.0)  # ticks no faster than the slow pace
