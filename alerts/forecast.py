@@ -109,14 +109,13 @@ def fast_recording_rules(config: Config) -> list[Rule]:
 
     tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
                r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)
-    peak_headroom = expr(
-        "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
-        limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
     envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold_lasting}])"
     lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold_lasting}])'
-    lasting_level = expr(
-        "(${env} > max_over_time(${u}[${w}]) or max_over_time(${u}[${w}]))",
-        env=envelope, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))
+    # What is left above the higher of the envelope and the recent peak: the headroom
+    # above the envelope where it is the lower one, else the recorded peak headroom.
+    lasting_headroom = expr(
+        "(clamp_min(${limit} - ${env}, 0) < ${peak_headroom} or ${peak_headroom})",
+        limit=q.LIMIT, env=envelope, peak_headroom=q.PEAK_HEADROOM)
     rules_: list[tuple[str, str]] = [
         # A limit of 0 (outside the contract) must not divide: it is dropped.
         (q.LIMIT, held(config, c.MEMORY_LIMIT_BYTES, g) + " > 0"),
@@ -124,6 +123,9 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         (q.WORKING_SET, held(config, c.MEMORY_WORKING_SET_BYTES, g)),
         (q.UNRECLAIMABLE_RATIO, f"{q.UNRECLAIMABLE} / {q.LIMIT}"),
         (q.HEADROOM, f"clamp_min({q.LIMIT} - {q.UNRECLAIMABLE}, 0)"),
+        (q.PEAK_HEADROOM, expr(
+            "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
+            limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))),
         # A container binds when its own limit comes first; the pod-level cgroup binds
         # when some container's does not (pod-level resources) or it has none.
         (q.BINDING, expr(
@@ -165,7 +167,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
                 ${growth}{horizon=~"short|medium"}
             or
               min by ${gh} (
-                  clamp_min(${limit} - ${level}, 0)
+                  ${lasting_headroom}
                 / on ${g} group_right ()
                   last_over_time(${growth}{horizon="lasting"}[${hold}])
                 or
@@ -173,8 +175,8 @@ def fast_recording_rules(config: Config) -> list[Rule]:
                                 "from", "pattern", "", "")
               )
             """,
-            peak_headroom=peak_headroom, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
-            limit=q.LIMIT, level=lasting_level, hold=hold_lasting,
+            peak_headroom=q.PEAK_HEADROOM, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
+            lasting_headroom=lasting_headroom, hold=hold_lasting,
             pattern=indent(_pattern_ttl(config), 18))),
         (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
         (q.TIME_TO_LIMIT, expr(

@@ -322,6 +322,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             named=indent(named, 4), g=gb, top_kind=top_kind, kg=kg(*PROCESS_KINDS),
             anon=c.KIND_ANON, binding=q.BINDING)),
         (q.VLLM_ANSWERED, f"max_over_time({q.VLLM_UP}[{hw}]) > 0"),
+        (q.VLLM_ANSWERED_LATELY, f"max_over_time({q.VLLM_ANSWERED}"
+                                 f"[{duration(config.baseline_window_s)}])"),
         # SharedMemoryFillingUp's trend: hours of every mount's figure, read here every
         # lasting interval rather than by the alert every minute.
         (q.TMPFS_PREDICTED, expr(

@@ -201,13 +201,13 @@ def near_limit(config: Config) -> Rule:
             """
             ${ratio} > ${threshold}
             and on ${g}
-            clamp_min(${limit} - max_over_time(${u}[${w}]), 0)
+            ${peak_headroom}
               < on ${g}
             ${k} * (last_over_time(${range}[${hold}]) > on ${g} ${floor} * ${limit}
                     or on ${g} ${floor} * ${limit})
             """,
             ratio=q.UNRECLAIMABLE_RATIO, threshold=ratio, g=g,
-            limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s), k=swings,
+            limit=q.LIMIT, peak_headroom=q.PEAK_HEADROOM, k=swings,
             range=q.HOURLY_RANGE, hold=duration(config.lasting_hold_s),
             floor=config.near_limit_min_headroom_ratio,
         )

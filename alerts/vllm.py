@@ -48,10 +48,10 @@ def vllm_scrape_failing(config: Config) -> Rule:
         """
         ${up} < 0.5
         and on ${g}
-        max_over_time(${answered}[${bw}])
+        last_over_time(${answered}[${hold}])
         """,
-        g=by(*config.group_labels), up=q.VLLM_UP, answered=q.VLLM_ANSWERED,
-        bw=duration(config.baseline_window_s),
+        g=by(*config.group_labels), up=q.VLLM_UP, answered=q.VLLM_ANSWERED_LATELY,
+        hold=duration(config.lasting_hold_s),
     )
     return alerting_rule(
         config, "HeadroomVLLMScrapeFailing", condition, "warning",

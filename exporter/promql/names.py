@@ -21,6 +21,7 @@ UNRECLAIMABLE = "headroom:memory_unreclaimable:bytes"
 WORKING_SET = "headroom:memory_working_set:bytes"
 UNRECLAIMABLE_RATIO = "headroom:memory_unreclaimable:ratio"
 HEADROOM = "headroom:memory_headroom:bytes"
+PEAK_HEADROOM = "headroom:memory_peak_headroom:bytes"
 BINDING = "headroom:memory_binding:bool"
 SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
 SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
@@ -67,6 +68,7 @@ KIND_LASTING_GROWTH = "headroom:memory_kind_lasting_growth:rate"  # per workload
 PROCESS_LASTING_GROWTH = "headroom:process_memory_lasting_growth:rate"
 TOP_GROWER = "headroom:memory_top_grower:rate"  # labels kind, process
 VLLM_ANSWERED = "headroom:vllm_answered:bool"
+VLLM_ANSWERED_LATELY = "headroom:vllm_answered_lately:bool"
 TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
 # The floor memory group (evaluated every Config.floor_memory_interval_s).
 HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
@@ -89,6 +91,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     WORKING_SET: "usage - inactive_file: the kubelet's working set, for comparison",
     UNRECLAIMABLE_RATIO: "unreclaimable / the limit in force now",
     HEADROOM: "limit now - unreclaimable: what can still be charged once page cache is gone",
+    PEAK_HEADROOM: "limit now - the highest unreclaimable figure over the peak window "
+    "(at least 0): what the short and medium horizons divide by their rate and "
+    "NearLimit compares with the hour's swing (read five times a minute, recorded once)",
     BINDING: "1 on the cgroup whose limit binds: a container whose headroom is no more "
     "than the pod cgroup's plus a tolerance (its own limit comes first), the pod-level "
     "cgroup when one of its containers has no such limit; 0 on the others",
@@ -190,6 +195,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "named, not the swing), over the last hour otherwise",
     VLLM_ANSWERED: "1 where the pod's vLLM answered at least once in the last hour: a "
     "vLLM without a listener (vllm run-batch) never does, and gets no meta alert",
+    VLLM_ANSWERED_LATELY: "1 where VLLM_ANSWERED was 1 within the envelope window (a "
+    "day): the vLLMs whose failing scrape is news (ScrapeFailing reads this, not a day "
+    "of VLLM_ANSWERED each minute)",
     TMPFS_PREDICTED: "each memory-backed tmpfs's usage shm_fill_horizon ahead on its "
     "trend over shm_fill_window (predict_linear), where the series spans half that "
     "window: what SharedMemoryFillingUp compares with the mount's size",
