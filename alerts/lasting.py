@@ -233,6 +233,12 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             memory=duration(config.floor_memory_s)))),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
+        # What the daily pattern's one-hour window (below) read for the hour just past,
+        # a period ago, against what the hour did.
+        (q.PATTERN_RISE, expr(
+            "${hmax} - max_over_time(${hmax}[${span}] offset ${period})",
+            hmax=q.HOURLY_MAX, span=duration(3 * config.lasting_interval_s),
+            period=duration(config.pattern_period_s))),
         # The noise is what the hour's trend does not explain: the deviation of the
         # figure from its least-squares line (its variance less the slope's share,
         # slope^2 * var(t)), as the swing of an hour: four deviations. A leak's hour or a
@@ -295,6 +301,25 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),
+        # The daily pattern holds where no hour of the envelope window rose above its
+        # pattern's by more than the lasting trend explains, within the peaks' margin
+        # and the quiet hours' swing: a sawtooth whose teeth drift through the day, a
+        # weekday after a weekend or a new load does not hold.
+        (q.PATTERN_HOLDS, expr(
+            """
+            (
+                max_over_time(${rise}[${bw}]) - on ${g} ${growth}{horizon="lasting"} * ${period}
+              < on ${g}
+                (${margin} * ${limit} + on ${g} ${quiet})
+              and on ${g}
+                ${spans}
+            ) * 0 + 1
+            """,
+            rise=q.PATTERN_RISE, bw=bw, g=gb, growth=q.GROWTH,
+            period=config.pattern_period_s, margin=config.fill_beyond_peaks_ratio,
+            limit=q.LIMIT, quiet=q.QUIET_SWING,
+            spans=spans(q.PATTERN_RISE, bw_s - config.lasting_hold_s,
+                        config.lasting_hold_s))),
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),

@@ -16,9 +16,11 @@ from .build import (
     binding_clause,
     exported,
     hysteresis,
+    indent,
     min_time_to_limit,
     workload_query,
 )
+from .forecast import pattern_windows_s
 
 
 def _top_grower(config: Config) -> str:
@@ -72,6 +74,35 @@ def filling_up_warning(config: Config) -> Rule:
     )
 
 
+def held_below(config: Config, scale: float, horizon_s: int, where: str = "") -> str:
+    """`` unless ...``: the lasting horizon's page does not start where the daily
+    pattern holds (``PATTERN_HOLDS``) and its peak over the hours ahead (the first
+    pattern window that covers ``horizon_s``) stays below the limit in force now by the
+    peaks' margin. Its straight lines (the envelope at the lasting rate) say when the
+    peaks reach the limit; the pattern says when the next peak comes: a fast leak under
+    a daily swing crests near the limit half a day before the climb that kills. Only on
+    the fire level (``scale`` 1): a page that started clears by its own levels. Empty
+    where no pattern window covers the horizon; ``where``: only where that series is."""
+    windows = [w for w in pattern_windows_s(config) if w >= horizon_s]
+    if scale != 1 or not windows:
+        return ""
+    g = by(*config.group_labels)
+    hold = duration(config.lasting_hold_s)
+    clear = expr(
+        """
+        last_over_time(${peak}{within="${within}"}[${hold}])
+          < on ${g} group_left ()
+        ${below} * ${limit}
+        and on ${g}
+        last_over_time(${holds}[${hold}])""",
+        peak=q.PATTERN_PEAK, within=duration(windows[0]), hold=hold, g=g,
+        below=number(1 - config.fill_beyond_peaks_ratio), limit=q.LIMIT,
+        holds=q.PATTERN_HOLDS)
+    if where:
+        clear = f"{where}\nand on {g}\n{clear}"
+    return "\n  unless on " + g + "\n" + indent(f"({clear}\n)", 4)
+
+
 def critical_condition(config: Config, scale: float) -> str:
     """The page's condition with every horizon times ``scale`` (1: fire; more: clear).
 
@@ -97,11 +128,11 @@ def critical_condition(config: Config, scale: float) -> str:
         min by ${g} (${ttl})
         and on ${g}
         (
-            min by ${g} (${ttl}) < ${crit}
+            min by ${g} (${ttl}) < ${crit}${lasting_crit_held}
         or
-            ${lasting} <= ${pattern_page}
+            ${lasting} <= ${pattern_page}${pattern_page_held}
         or
-            ${env_ttl} < ${lasting_page}
+            ${env_ttl} < ${lasting_page}${lasting_page_held}
         or
             ${env_ttl} < ${confirm}
           and on ${g}
@@ -119,6 +150,11 @@ def critical_condition(config: Config, scale: float) -> str:
         swings=q.PEAK_HEADROOM_SWINGS, band=number(config.fill_noise_band_swings * scale),
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
+        lasting_crit_held=held_below(
+            config, scale, config.fill_critical_horizon_s + config.fill_critical_for_s,
+            f'{q.TIME_TO_LIMIT}{{horizon="lasting"}}'),
+        pattern_page_held=held_below(config, scale, config.fill_pattern_page_horizon_s),
+        lasting_page_held=held_below(config, scale, config.fill_lasting_page_horizon_s),
         pattern_page=h(config.fill_pattern_page_horizon_s),
         lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),

@@ -58,6 +58,8 @@ PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
+PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
+PATTERN_HOLDS = "headroom:memory_pattern_holds:bool"
 GREW = "headroom:memory_grew:bool"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
@@ -154,6 +156,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",
+    PATTERN_RISE: "how far the last hour's highest figure rose above the hours the "
+    "daily pattern read for it one period ago (the one-hour PATTERN_PEAK's window, "
+    "without its growth): what the pattern missed, plus a period of lasting growth",
     HOURLY_NOISE: "the last hour's noise as a swing: four standard deviations of its "
     "figures from their least-squares line (stddev^2 less deriv^2 * T^2 / 12): what a "
     "steady climb (a leak, a sawtooth's tooth) does not explain",
@@ -180,6 +185,12 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus a period of lasting "
     "growth (absent without lasting growth)",
+    PATTERN_HOLDS: "1 where the daily pattern held over the envelope window: no hour "
+    "rose above the pattern's hours (PATTERN_RISE) by more than a period of lasting "
+    "growth plus the peaks' margin and the quiet hours' swing, over a whole window. "
+    "There, a pattern peak below the limit means the peaks stay below it for those "
+    "hours, and the page does not start on the envelope's straight line (a fast leak "
+    "under a daily swing crests near the limit half a day before the climb that kills)",
     GREW: "1 where some horizon's growth estimate was present within the hold window: "
     "NearLimit reads a day of these, not a day of every growth series",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",

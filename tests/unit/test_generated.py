@@ -21,8 +21,11 @@ PROMTOOL = shutil.which("promtool")
 # Classes that replay in under a day of scenario time get a second draw.
 SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop", "ramp",
          "sidecar-socket-leak", "two-vllm", "fast-ramp")
+# Draws that failed a sweep once, kept as they were: a fast leak under a daily swing whose
+# crest at 97 % of the limit paged 14 h before the kill (the daily pattern now holds it).
+REGRESSIONS = [("leak-restarted", 15, 0)]
 DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
-    (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)]
+    (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS
 
 
 def _draw_param(cls: str, seed: int, variant: int) -> object:
