@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr
+from exporter.promql import Config, by, duration, expr, number
 
 from .build import Rule, exported, held, indent, recording_rules, spans
 
@@ -204,6 +204,20 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             """,
             limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
             g=gb, quiet=q.QUIET_SWING, hold=hold_lasting, rate=lasting_rate)),
+        # Where the daily pattern decides when the next peak comes (the page's hold,
+        # alerts/memory.py held_below): every window ahead against the limit at once.
+        (q.PATTERN_CLEAR, expr(
+            """
+            (
+                last_over_time(${peak}[${hold}])
+                  < on ${g} group_left ()
+                ${below} * ${limit}
+              and on ${g}
+                last_over_time(${holds}[${hold}])
+            ) * 0 + 1
+            """,
+            peak=q.PATTERN_PEAK, hold=hold_lasting, g=gb, limit=q.LIMIT,
+            below=number(1 - config.fill_beyond_peaks_ratio), holds=q.PATTERN_HOLDS)),
         (q.TMPFS_USED, held(config, c.TMPFS_USED_BYTES, (*g, "mount"))),
         (q.TMPFS_SIZE, held(config, c.TMPFS_SIZE_BYTES, (*g, "mount")) + " > 0"),
         # With no usage reported (or a usage that means in-flight transfers, not

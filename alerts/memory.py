@@ -75,29 +75,26 @@ def filling_up_warning(config: Config) -> Rule:
 
 
 def held_below(config: Config, scale: float, horizon_s: int, where: str = "") -> str:
-    """`` unless ...``: the lasting horizon's page does not start where the daily
-    pattern holds (``PATTERN_HOLDS``) and its peak over the hours ahead (the first
-    pattern window that covers ``horizon_s``) stays below the limit in force now by the
-    peaks' margin. Its straight lines (the envelope at the lasting rate) say when the
-    peaks reach the limit; the pattern says when the next peak comes: a fast leak under
-    a daily swing crests near the limit half a day before the climb that kills. Only on
-    the fire level (``scale`` 1): a page that started clears by its own levels. Empty
-    where no pattern window covers the horizon; ``where``: only where that series is."""
-    windows = [w for w in pattern_windows_s(config) if w >= horizon_s]
-    if scale != 1 or not windows:
+    """`` unless ...``: where the daily pattern holds (``PATTERN_HOLDS``) and its peak
+    over the hours ahead stays below the limit in force now by the peaks' margin, the
+    lasting horizon's straight lines (the envelope at the lasting rate) neither start
+    the page nor keep it on. They say when the peaks reach the limit; the pattern says
+    when the next peak comes: a fast leak under a daily swing crests near the limit
+    half a day before the climb that kills.
+
+    Fire level (``scale`` 1): the first pattern window that covers ``horizon_s`` (none:
+    nothing is held). Clear level: the longest window (6 h, about the clear levels'
+    horizons): a page that started at a crest ends once the pattern's next hours are
+    clear of the limit (the envelope holds that crest for a day), and pages again when
+    they are not. The clear window covers the fire window, so the pattern alone cannot
+    flap a page. ``where``: only where that series is."""
+    windows = pattern_windows_s(config)
+    covering = [w for w in windows if w >= horizon_s]
+    if scale == 1 and not covering:
         return ""
+    window = covering[0] if scale == 1 else max(windows)
     g = by(*config.group_labels)
-    hold = duration(config.lasting_hold_s)
-    clear = expr(
-        """
-        last_over_time(${peak}{within="${within}"}[${hold}])
-          < on ${g} group_left ()
-        ${below} * ${limit}
-        and on ${g}
-        last_over_time(${holds}[${hold}])""",
-        peak=q.PATTERN_PEAK, within=duration(windows[0]), hold=hold, g=g,
-        below=number(1 - config.fill_beyond_peaks_ratio), limit=q.LIMIT,
-        holds=q.PATTERN_HOLDS)
+    clear = f'{q.PATTERN_CLEAR}{{within="{duration(window)}"}}'
     if where:
         clear = f"{where}\nand on {g}\n{clear}"
     return "\n  unless on " + g + "\n" + indent(f"({clear}\n)", 4)
@@ -138,7 +135,7 @@ def critical_condition(config: Config, scale: float) -> str:
           and on ${g}
             ${fast} < ${fast_confirm}
         or
-            ${swings} < ${band}
+            ${swings} < ${band}${band_held}
         )
         """,
         g=g, ttl=q.TIME_TO_LIMIT, fast=min_time_to_limit(config, "short|medium"),
@@ -148,6 +145,10 @@ def critical_condition(config: Config, scale: float) -> str:
         # released; the next tooth is what the envelope's trend says).
         env_ttl=q.ENVELOPE_TIME_TO_LIMIT,
         swings=q.PEAK_HEADROOM_SWINGS, band=number(config.fill_noise_band_swings * scale),
+        # The noise band's peaks are the envelope's too: a page it keeps on clears with
+        # the lasting terms. It starts the page as before (a flat leak's pattern peak is
+        # its envelope).
+        band_held=held_below(config, scale, 0) if scale != 1 else "",
         # The page must be out (its `for:` elapsed) when the kill is the horizon away.
         crit=h(config.fill_critical_horizon_s + config.fill_critical_for_s),
         lasting_crit_held=held_below(

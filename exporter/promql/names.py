@@ -31,6 +31,7 @@ CLIMB_BEYOND_PATTERN = "headroom:memory_climb_beyond_pattern:bool"
 TIME_TO_LIMIT = "headroom:memory_time_to_limit:seconds"  # label horizon: the one that binds
 ENVELOPE_TIME_TO_LIMIT = "headroom:memory_envelope_time_to_limit:seconds"
 PEAK_HEADROOM_SWINGS = "headroom:memory_peak_headroom:swings"
+PATTERN_CLEAR = "headroom:memory_pattern_clear:bool"  # label within: 1h, 2h, 3h, 6h
 TMPFS_USED = "headroom:tmpfs_used:bytes"  # per workload and mount
 TMPFS_SIZE = "headroom:tmpfs_size:bytes"  # per workload and mount
 KV_OFFLOAD_PENDING = "headroom:vllm_kv_offload_pending:bytes"
@@ -124,6 +125,11 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), present "
     "only with lasting growth: below half a swing the next excursion like the quietest "
     "hour's reaches the limit (the page's noise band)",
+    PATTERN_CLEAR: "1 (per window ahead, label within) where the daily pattern holds "
+    "(PATTERN_HOLDS) and its peak over those hours (PATTERN_PEAK) stays below the limit "
+    "in force now by the peaks' margin: there the envelope's straight lines neither "
+    "start the page (the window that covers their horizon) nor keep it on (the "
+    "longest window). Recorded once a minute so the page reads the limit once",
     TMPFS_USED: "bytes used in each memory-backed tmpfs of the pod (per mount)",
     TMPFS_SIZE: "size of each memory-backed tmpfs of the pod (per mount)",
     KV_OFFLOAD_PENDING: "part of vLLM's CPU KV-offload tier not yet in use: "
