@@ -18,9 +18,9 @@ from .forecast import pattern_windows_s
 
 # The kinds whose growth a process accounts for: what grows there has a process to name.
 PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
-# The kinds of headroom_memory_bytes the kernel cannot reclaim (the residual aside):
-# MEMORY_KIND records them (the growth rules fold sock into kernel).
-UNRECLAIMABLE_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL, c.KIND_SOCK)
+# The kinds MEMORY_KIND records: the kinds of headroom_memory_bytes the kernel cannot
+# reclaim (the residual aside), socket buffers folded into kernel.
+RECORDED_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL)
 
 
 def _pattern_ceiling(config: Config) -> str:
@@ -84,10 +84,20 @@ def breakdown_rules(config: Config) -> list[tuple[str, str]]:
             "${anon}\n+\n${shm}\nor\n${anon}",
             anon=per_process(c.PSS_ANON, c.RSS_ANON), shm=per_process(c.PSS_SHMEM, c.RSS_SHMEM))),
         (q.PROCESS_ATTRIBUTED, f"sum by {gb} ({q.PROCESS_MEMORY})"),
+        # kernel with the socket buffers folded in, as every reader wants it: the
+        # growth rules then read one kernel series per cgroup, not two to sum.
         (q.MEMORY_KIND, expr(
-            "max by ${g} (last_over_time(${raw}[${hold}]))",
-            g=by(*g, "kind"), hold=duration(config.hold_s),
-            raw=series(c.MEMORY_BYTES, config.selector, one_of("kind", *UNRECLAIMABLE_KINDS)))),
+            """
+                max by ${gk} (last_over_time(${own}[${hold}]))
+            or
+                label_replace(sum by ${g} (max by ${gk} (last_over_time(${kernel}[${hold}]))),
+                              "kind", "${kernel_kind}", "", "")
+            """,
+            gk=by(*g, "kind"), g=gb, hold=duration(config.hold_s),
+            own=series(c.MEMORY_BYTES, config.selector, one_of("kind", *PROCESS_KINDS)),
+            kernel=series(c.MEMORY_BYTES, config.selector,
+                          one_of("kind", c.KIND_KERNEL, c.KIND_SOCK)),
+            kernel_kind=c.KIND_KERNEL)),
         # Container level: its own processes. Pod level: every container's processes,
         # joined on the pod labels (the pod cgroup has container="").
         (q.HIDDEN, expr(
@@ -147,13 +157,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         return counted(config, raw, config.lasting_hold_s, config.hold_s)
 
     # The growth the binding horizon reads: day over day where the lasting horizon
-    # binds the pod, over the last hour otherwise.
+    # binds the pod (the only pods the day-over-day growth is recorded for), over the
+    # last hour otherwise.
     lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
     def kg(*kinds: str) -> str:
         sel = selector(one_of("kind", *kinds)) if kinds else ""
-        return f"({q.KIND_LASTING_GROWTH}{sel} and {lasting_binds} or {q.KIND_GROWTH}{sel})"
+        return f"({q.KIND_LASTING_GROWTH}{sel} or {q.KIND_GROWTH}{sel})"
 
-    pg = f"({q.PROCESS_LASTING_GROWTH} and {lasting_binds} or {q.PROCESS_GROWTH})"
+    pg = f"({q.PROCESS_LASTING_GROWTH} or {q.PROCESS_GROWTH})"
     top_kind = f"topk by {gb} (1, {kg()})"
     top_process = expr(
         """
@@ -165,28 +176,31 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     period = duration(config.pattern_period_s)
 
     def day_over_day(selector: str) -> str:
-        return expr("(avg_over_time(${s}[${hw}]) - avg_over_time(${s}[${hw}] offset ${p}))"
-                    " / ${p_s}", s=selector, hw=hw, p=period, p_s=config.pattern_period_s)
+        # Only where the lasting horizon binds the pod (the top grower reads it nowhere
+        # else): the hour now is filtered before it meets the hour a day ago, so the
+        # subtraction and what follows touch those pods' series, not every cgroup's.
+        return expr("((avg_over_time(${s}[${hw}]) and ${binds})"
+                    " - avg_over_time(${s}[${hw}] offset ${p})) / ${p_s}",
+                    s=selector, hw=hw, binds=lasting_binds, p=period,
+                    p_s=config.pattern_period_s)
 
     def per_kind(of: Any) -> str:
-        # anon and shmem as they are; kernel + socket buffers as "kernel"; the pod's
-        # memory-backed tmpfs as "dev_shm"; memory no process accounts for as "hidden".
-        # A file in /dev/shm no process maps grows shmem, dev_shm and hidden at one rate:
-        # dev_shm, the name that says where to look, is lifted by 0.1 ppm to win topk's
-        # tie (``exporter.oncall.forecast.GROWER_KINDS`` orders the mirror the same way).
+        # anon, shmem and kernel (socket buffers folded in) as MEMORY_KIND records them;
+        # the pod's memory-backed tmpfs as "dev_shm"; memory no process accounts for as
+        # "hidden". A file in /dev/shm no process maps grows shmem, dev_shm and hidden
+        # at one rate: dev_shm, the name that says where to look, is lifted by 0.1 ppm
+        # to win topk's tie (``exporter.oncall.forecast.GROWER_KINDS`` orders the mirror
+        # the same way).
         return expr(
             """
-                ${anon}
-            or
-                label_replace(sum by ${g} (${kernel}), "kind", "${kernel_kind}", "", "")
+                ${kinds}
             or
                 label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "${dev_shm_kind}", "", "")
             or
                 label_replace(${hidden}, "kind", "${hidden_kind}", "", "")
             """,
-            anon=of(q.MEMORY_KIND + selector(one_of("kind", *PROCESS_KINDS))), g=gb,
-            kernel=of(q.MEMORY_KIND + selector(one_of("kind", c.KIND_KERNEL, c.KIND_SOCK))),
-            tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN), kernel_kind=c.KIND_KERNEL,
+            kinds=of(q.MEMORY_KIND + selector(one_of("kind", *RECORDED_KINDS))), g=gb,
+            tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN),
             dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
     # The process that grows most, unless what grows most is no process's memory (files
     # in /dev/shm no process maps, kernel memory, hidden charges): a constant vector of

@@ -203,7 +203,8 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
     KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "
     "same hour's one period ago, per second): a daily swing, read at the same phase, "
-    "does not rise",
+    "does not rise. Recorded only where the lasting horizon binds the pod: the top "
+    "grower reads it nowhere else",
     PROCESS_LASTING_GROWTH: "each process's day-over-day rise, as KIND_LASTING_GROWTH",
     TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "
     "and, when that kind is a process's (anon, shmem), the process that grows most; "
