@@ -86,7 +86,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
 
     def growth(slope: str, sustain_s: int, window_s: int, climbing: bool = False) -> str:
         # The slowest slope over the sustain window, once the series spans both; for the
-        # short horizon only while the figure still makes new highs.
+        # short horizon only while the figure still makes new highs beyond its noise.
         text = expr(
             """
             min_over_time(${slope}[${s}]) > 0
@@ -103,9 +103,11 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             ${text}
               and
             ${u} > max_over_time(${u}[${w}] offset ${lag})
+              + on ${g} (${share} * last_over_time(${quiet}[${hold}]) or on ${g} ${u} * 0)
             """,
             text=text, u=q.UNRECLAIMABLE, w=duration(config.short_window_s),
-            lag=duration(config.climbing_lag_s))
+            lag=duration(config.climbing_lag_s), g=gb, share=config.climbing_noise_share,
+            quiet=q.QUIET_SWING, hold=hold_lasting)
 
     tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
                r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)

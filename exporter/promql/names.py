@@ -104,7 +104,8 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     SLOPE_MEDIUM: "deriv of unreclaimable over the medium window (bytes/s)",
     GROWTH: "growth estimate per horizon (bytes/s, present only while > 0): short and "
     "medium = the slowest slope over their sustain window once the series spans it "
-    "(short: only while the figure still makes new highs); "
+    "(short: only while the figure still makes new highs beyond half the quiet "
+    "hours' swing); "
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
     "smaller), from hourly minima and maxima",
     TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "

@@ -71,6 +71,12 @@ class Config:
     # out within this lag, not a whole slope window (a nightly batch that adds a third
     # of the limit in minutes and holds it must not page; a 15-minute ramp must).
     climbing_lag_s: int = 2 * MINUTE
+    # ...by more than this share of the quiet hours' swing (QUIET_SWING, four deviations
+    # of the noise): on a plateau the noise makes a new high every few minutes, and each
+    # one kept a stopped batch's short forecast alive for another minute (a first
+    # night's 8-minute batch to 91 % of the limit paged on one). None before an hour's
+    # noise is known.
+    climbing_noise_share: float = 0.5
     # Medium horizon: the same over hours.
     medium_window_s: int = 30 * MINUTE
     medium_sustain_s: int = 30 * MINUTE

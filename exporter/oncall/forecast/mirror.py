@@ -26,14 +26,13 @@ from exporter.oncall.forecast.series import (
     growth,
     highest,
     pattern_signs,
+    quiet_swing,
     slope,
 )
 from exporter.promql import (
     CONFIG,
-    HOUR_SWING_DEVIATIONS,
     KIND_DEV_SHM,
     KIND_HIDDEN,
-    QUIET_QUANTILE,
     Config,
 )
 
@@ -140,39 +139,13 @@ def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit:
     lasting growth or without noise."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
-    noise = []
-    t = now - w.baseline + w.lasting_interval
-    while t <= now + 1e-9:
-        pts = between(points, t - w.hour, t)
-        trend = slope(points, t - w.hour, t)
-        if len(pts) > 1 and trend is not None:
-            n = len(pts)
-            mean = sum(v for _, v in pts) / n
-            var = sum((v - mean) ** 2 for _, v in pts) / n  # stddev_over_time's
-            # The points' own var(t): the rules' formula for theirs (evenly spread).
-            mt = sum(p for p, _ in pts) / n
-            var_t = sum((p - mt) ** 2 for p, _ in pts) / n
-            residual = max(0.0, var - trend ** 2 * var_t)
-            noise.append(HOUR_SWING_DEVIATIONS * math.sqrt(residual))
-        t += w.lasting_interval
-    unit = quantile(QUIET_QUANTILE, noise)
+    unit = quiet_swing(points, now, w)
     recent = highest(points, now - w.hour, now)
     peaks = envelope(points, now, w)
     level = peaks if peaks is not None and (recent is None or peaks > recent) else recent
     if unit <= 0 or level is None:
         return None
     return max(0.0, limit - level) / unit
-
-
-def quantile(phi: float, values: Sequence[float]) -> float:
-    """PromQL ``quantile_over_time``: linear between the ranks around phi * (n - 1)."""
-    if not values:
-        return 0.0
-    vs = sorted(values)
-    rank = phi * (len(vs) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(vs) - 1)
-    return vs[low] + (vs[high] - vs[low]) * (rank - low)
 
 
 def soonest(by_horizon: Mapping[str, float]) -> tuple[float | None, str | None]:

@@ -5,12 +5,13 @@ over points a surface read itself."""
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.oncall.forecast.data import Point
-from exporter.promql import CONFIG, Config
+from exporter.promql import CONFIG, HOUR_SWING_DEVIATIONS, QUIET_QUANTILE, Config
 
 HOUR_S = 3600.0
 
@@ -39,6 +40,8 @@ class Windows:
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
+    # The short horizon's new highs count beyond this share of the quiet hours' swing.
+    climbing_noise_share: float = 0.5
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -52,7 +55,8 @@ class Windows:
                    lasting_hold=config.lasting_hold_s, swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
-                   floor_memory=config.floor_memory_s)
+                   floor_memory=config.floor_memory_s,
+                   climbing_noise_share=config.climbing_noise_share)
 
     @property
     def pattern_ahead(self) -> tuple[float, ...]:
@@ -177,20 +181,59 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     return rise / w.baseline
 
 
+def quantile(phi: float, values: Sequence[float]) -> float:
+    """PromQL ``quantile_over_time``: linear between the ranks around phi * (n - 1)."""
+    if not values:
+        return 0.0
+    vs = sorted(values)
+    rank = phi * (len(vs) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(vs) - 1)
+    return vs[low] + (vs[high] - vs[low]) * (rank - low)
+
+
+def quiet_swing(points: Sequence[Point], now: float, w: Windows) -> float:
+    """QUIET_SWING: the lower quartile of HOURLY_NOISE (four deviations of the hour's
+    figures from their least-squares line) at the lasting evaluations of the envelope
+    window; 0 without an hour of noise."""
+    noise = []
+    t = now - w.baseline + w.lasting_interval
+    while t <= now + 1e-9:
+        pts = between(points, t - w.hour, t)
+        trend = slope(points, t - w.hour, t)
+        if len(pts) > 1 and trend is not None:
+            n = len(pts)
+            mean = sum(v for _, v in pts) / n
+            var = sum((v - mean) ** 2 for _, v in pts) / n  # stddev_over_time's
+            # The points' own var(t): the rules' formula for theirs (evenly spread).
+            mt = sum(p for p, _ in pts) / n
+            var_t = sum((p - mt) ** 2 for p, _ in pts) / n
+            residual = max(0.0, var - trend ** 2 * var_t)
+            noise.append(HOUR_SWING_DEVIATIONS * math.sqrt(residual))
+        t += w.lasting_interval
+    return quantile(QUIET_QUANTILE, noise)
+
+
 def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
     """The short horizon's guard: the figure now above every one from the climbing lag
-    to the lag plus the short window ago (a batch that stopped drops out)."""
+    to the lag plus the short window ago by more than a share of the quiet hours'
+    swing (a batch that stopped drops out; its plateau's noise is no new high)."""
     if not points:
         return False
     before = highest(points, now - w.climbing_lag - w.short, now - w.climbing_lag)
-    return before is not None and points[-1][1] > before
+    if before is None or points[-1][1] <= before:
+        return False
+    # Read only where the figure made a new high: the swing costs a day of hours.
+    return points[-1][1] > before + w.climbing_noise_share * quiet_swing(points, now, w)
 
 
 def growth(points: Sequence[Point], now: float, w: Windows, limit: float
            ) -> dict[str, float]:
+    short = sustained(points, now, w.short, w.short_sustain, w.step)
     out = {
-        "short": sustained(points, now, w.short, w.short_sustain, w.step)
-        if climbing(points, now, w) else None,
+        # The guard after the slope: it may read a day of noise, the slope rarely holds.
+        "short": short if short is not None and short > 0 and climbing(points, now, w)
+        else None,
         "medium": sustained(points, now, w.medium, w.medium_sustain, w.step),
         "lasting": lasting(points, now, w, limit),
     }
