@@ -24,8 +24,11 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 # Draws that failed a sweep once, kept as they were: a fast leak under a daily swing whose
 # crest at 97 % of the limit paged 14 h before the kill (the daily pattern now holds it);
 # one whose crest came within 0.5 % of the limit a day before the kill and kept the page
-# on through the trough (the page now ends there, and pages again on the climb).
-REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1)]
+# on through the trough (the page now ends there, and pages again on the climb); a
+# first night's 8-minute batch to 91 % of the limit, whose plateau noise kept the short
+# forecast alive into the page's fifth minute (a new high now counts beyond the noise).
+REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
+               ("nightly-plateau", 28, 1)]
 DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS
 
