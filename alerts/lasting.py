@@ -127,11 +127,17 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     bw_s = config.baseline_window_s
     # "spans both windows": the series was there 45 minutes before the earlier window's
     # first hourly figure began, so that figure is past a young pod's warm-up (its
-    # loading minutes are no floor to rise from).
-    old = spans(q.HOURLY_MIN, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
+    # loading minutes are no floor to rise from). HOURLY_MAX is there from the first
+    # figure on (HOURLY_MIN only past the first 45 minutes).
+    old = spans(q.HOURLY_MAX, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
+    # How much of the earlier window the settled floor covers (seconds, at most a
+    # window), where it covers at least lasting_min_cover_s.
+    covered = expr(
+        "clamp_max(time() - ${since} - ${bw_s}, ${bw_s}) >= ${least}",
+        since=q.SETTLED_SINCE, bw_s=bw_s, least=config.lasting_min_cover_s)
 
-    def rise(name: str, since: str = "") -> str:
+    def rise(name: str, since: str = "", young: str = "") -> str:
         # The figure now minus the same figure recorded one window ago: the window a
         # day ago was this rule's own a day ago (the group runs at a fixed phase and a
         # day is a whole number of its intervals; else it is the figure recorded at
@@ -140,6 +146,19 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         before = f"last_over_time({name}[{duration(config.lasting_hold_s)}] offset {bw})"
         if since:
             before = f"({since} > on {gb} {before} or {before})"
+        if young:
+            # From a young workload's part of the earlier window (``covered``): its
+            # floor's rise spans that part, not a window, and is scaled to one (the
+            # envelope's rise spans a window either way: the peaks sit at the ends).
+            return expr(
+                """
+                (
+                    ${name}
+                  - ${before}
+                )
+                ${young}
+                """,
+                name=name, before=before, young=young)
         return expr(
             """
             (
@@ -219,7 +238,16 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
-        (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        # Past the workload's warm-up (a figure warm_up_s before the hour began): a
+        # model's loading minutes are no floor.
+        (q.HOURLY_MIN, expr(
+            "min_over_time(${u}[${hw}])\nand\n${settled}", u=q.UNRECLAIMABLE, hw=hw,
+            settled=spans(q.UNRECLAIMABLE, config.hourly_window_s + config.warm_up_s,
+                          config.lasting_hold_s))),
+        # Held while the floor is: a gap past the hold starts it again.
+        (q.SETTLED_SINCE, expr(
+            "last_over_time(${since}[${hold}])\nor\ntimestamp(${hmin})",
+            since=q.SETTLED_SINCE, hold=duration(config.lasting_hold_s), hmin=q.HOURLY_MIN)),
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
@@ -244,8 +272,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,
             hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s), g=gb,
             env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
-            memory=duration(config.floor_memory_s)))),
-        (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE)),
+            memory=duration(config.floor_memory_s)),
+            young=f"* on {gb} ({bw_s} / ({covered}))")),
+        (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, young=f"and on {gb} ({covered})")),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         # What the daily pattern's one-hour window (below) read for the hour just past,
         # a period ago, against what the hour did.

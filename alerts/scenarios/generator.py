@@ -51,6 +51,9 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "nightly-plateau": healthy.nightly_plateau,
     "weekly": healthy.weekly,
     "leak-restarted": killed.leak_restarted,
+    "staircase": killed.staircase,
+    "step-up": healthy.step_up,
+    "saturating": healthy.saturating,
 }
 
 
@@ -74,6 +77,9 @@ PROPERTIES: dict[str, str] = {
     "nightly-plateau": "silent-on-nightly-batches",
     "weekly": "silent-on-a-weekly-pattern",
     "leak-restarted": "the-second-kill-is-ticketed-and-paged-too",
+    "staircase": "a-young-pods-steps-page-before-the-last-one",
+    "step-up": "no-page-on-a-reload-step",
+    "saturating": "no-page-on-a-cache-filling-to-its-cap",
 }
 
 

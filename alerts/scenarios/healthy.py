@@ -3,13 +3,14 @@ whose page must clear, a vLLM whose meta alert must name only the listener that 
 
 from __future__ import annotations
 
+import math
 import random
 
 from exporter import catalog as c
 from exporter.promql import DAY, HOUR, MINUTE
 
 from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step
-from .recording import NS, Recorder, steady
+from .recording import FILL, NS, Recorder, steady
 from .shapes import Noise, _tooth, diurnal, ramp
 
 
@@ -172,3 +173,47 @@ def weekly(rng: random.Random) -> Draw:
     _single(rec, pod, lambda t: limit, u)
     return Draw("weekly", 0, _healthy("weekly", step, end, rec),
                 {"step": step, "crest": crest, "drop": drop, "first_day": first_day})
+
+
+def step_up(rng: random.Random) -> Draw:
+    """A model reload lifts the level by 10-30 % of the limit within minutes to 75-90 %,
+    6-30 hours into a young pod's life, then it holds: no page (a step is no climb to the
+    limit). The ticket may forecast a second step a day on: two days of history cannot
+    tell one step from a staircase with a day between steps."""
+    step, pod = _step(rng, (20, 30, 60, 120)), "reload-0"
+    limit = rng.uniform(24, 48) * GiB
+    top, jump = rng.uniform(0.75, 0.9), rng.uniform(0.1, 0.3)
+    at, up = rng.uniform(6, 30) * HOUR, rng.uniform(1, 8) * MINUTE
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return limit * (top - jump + jump * ramp(t, at, at + up)) + noise(t)
+
+    end = int(2.5 * DAY)
+    rec = Recorder(range(0, end + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    allow = frozenset({_k(FILL, "warning", pod), _k(FILL, "warning", pod, "")})
+    return Draw("step-up", 0, _healthy("step-up", step, end, rec, allow=allow),
+                {"step": step, "top": top, "jump": jump})
+
+
+def saturating(rng: random.Random) -> Draw:
+    """A young pod's cache fills toward a cap at 80-90 % of the limit (time constant 3-12
+    hours) under a small daily swing, three days: no page. A ticket while it fills is an
+    honest forecast (nothing yet says where it stops)."""
+    step, pod = _step(rng, (30, 60, 120)), "saturate-0"
+    limit = rng.uniform(24, 48) * GiB
+    cap, start = rng.uniform(0.8, 0.9) * limit, rng.uniform(0.3, 0.5) * limit
+    tau = rng.uniform(3, 12) * HOUR
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return cap - (cap - start) * math.exp(-t / tau) + diurnal(t, 0.02 * limit) \
+            - 0.02 * limit + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    allow = frozenset({_k(FILL, "warning", pod), _k(FILL, "warning", pod, "")})
+    return Draw("saturating", 0, _healthy("saturating", step, 3 * DAY, rec, allow=allow),
+                {"step": step, "cap": cap / limit, "tau_h": tau / HOUR})
+

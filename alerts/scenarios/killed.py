@@ -385,3 +385,36 @@ def leak_restarted(rng: random.Random) -> Draw:
                 # Half a day, not one: the floor's rise needs the day before it past
                 # the restart, and a fast leak kills three days after it.
                 last_page_lead_s=(PAGE_MIN_LEAD_S, lead), ticket_held_s=12 * HOUR)
+
+
+def staircase(rng: random.Random) -> Draw:
+    """A pod born at the replay's start whose memory steps up 3-8 % of the limit every 2-8
+    hours (adapters loaded, cache segments pinned), flat between, until a step crosses
+    after 1-7 days: a page ahead of the last step, not hours early, and a ticket as soon
+    as the lasting horizon can read the floor's rise (a day and 8 hours of history)."""
+    step, pod = _step(rng, (30, 60, 120)), "stairs-0"
+    limit = rng.uniform(24, 48) * GiB
+    every = rng.uniform(2, 8) * HOUR
+    size = rng.uniform(0.03, 0.08) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    base = limit - (rng.randint(12, 20) - 0.5) * size
+    off = rng.uniform(0, every)
+    climb = rng.uniform(2, 10) * MINUTE  # each step over minutes
+
+    def u(t: int) -> float:
+        within = min(1.0, ((t + off) % every) / climb)
+        return base + size * ((t + off) // every + within) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 12 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    # The lasting horizon reads a young pod once it has lived a window, its warm-up and
+    # hour, and 6 hours of the window before (Config.lasting_min_cover_s); the ticket's
+    # 30 minutes and an evaluation after that.
+    ticketable = kill - (DAY + 8 * HOUR + 35 * MINUTE)
+    case = _killed("staircase", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=int(every + 2 * HOUR),
+                   ticket_min=min(12 * HOUR, ticketable) if ticketable >= HOUR else None)
+    return Draw("staircase", 0, case, {"step": step, "every_h": every / HOUR,
+                                        "size": size / limit, "days": kill / DAY})
+

@@ -44,6 +44,7 @@ MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
 HIDDEN = "headroom:memory_hidden:bytes"
 HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
 HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
+SETTLED_SINCE = "headroom:memory_unreclaimable:settled_since"  # unix seconds
 OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
 WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
 HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
@@ -147,7 +148,10 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
     "kernel memory, charges left by dead containers)",
     HOURLY_MAX: "highest unreclaimable figure over the last hour",
-    HOURLY_MIN: "lowest unreclaimable figure over the last hour",
+    HOURLY_MIN: "lowest unreclaimable figure over the last hour, once the workload is "
+    "past its first 45 minutes (a model's loading minutes are no floor)",
+    SETTLED_SINCE: "when HOURLY_MIN was first recorded for the workload (unix seconds): "
+    "how much of the floor window before the last the rises can read",
     WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
@@ -159,7 +163,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "pattern for UNRECLAIMABLE_BASELINE_RISE",
     UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the higher of the floor one window "
     "earlier and HIGHEST_FLOOR where the peaks still reach it and no kill came since "
-    "(bytes per window), for a workload that spans both windows",
+    "(bytes per window: from a workload younger than two windows, the rise over the part "
+    "of the earlier window it lived, scaled to a window; none under "
+    "Config.lasting_min_cover_s of it)",
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
     HOURLY_RANGE: "the last hour's highest minus lowest unreclaimable figure: the "
     "memory's own recent swing",

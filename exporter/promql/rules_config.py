@@ -86,6 +86,15 @@ class Config:
     hourly_window_s: int = HOUR
     lasting_interval_s: int = 5 * MINUTE
     baseline_window_s: int = DAY  # the envelope window: peaks and floor over a day
+    # A workload younger than two envelope windows has a lasting horizon once it has
+    # lived this much of the earlier window past its first 45 minutes: the floor's rise
+    # over that part, scaled to a window (a pod rolled out yesterday that steps up every
+    # few hours dies before a two-day history exists). A recurring pattern cannot lift
+    # the floor of a whole window above the lowest figure of any part of the one before.
+    lasting_min_cover_s: int = 6 * HOUR
+    # A workload's first minutes are its warm-up (a model loading): no hourly minimum
+    # reads them.
+    warm_up_s: int = 45 * MINUTE
     # The lasting growth counts only above both (per envelope window).
     min_baseline_rise_bytes: int = 64 * MiB
     min_baseline_rise_ratio: float = 0.002  # of the limit

@@ -42,6 +42,10 @@ class Windows:
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
     # The short horizon's new highs count beyond this share of the quiet hours' swing.
     climbing_noise_share: float = 0.5
+    # A young workload's lasting horizon: its first minutes are no floor, and the part
+    # of the earlier window it lived must be this long.
+    warm_up: float = 45 * 60.0
+    min_cover: float = 6 * 3600.0
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -56,7 +60,8 @@ class Windows:
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
                    floor_memory=config.floor_memory_s,
-                   climbing_noise_share=config.climbing_noise_share)
+                   climbing_noise_share=config.climbing_noise_share,
+                   warm_up=config.warm_up_s, min_cover=config.lasting_min_cover_s)
 
     @property
     def pattern_ahead(self) -> tuple[float, ...]:
@@ -124,8 +129,13 @@ def envelope(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
 
 def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
           ) -> float | None:
+    """The lowest figure over the envelope window (the hourly minima over a day), past
+    the series' warm-up (HOURLY_MIN reads no figure of its first ``warm_up``)."""
     end = now - days_ago * w.baseline
-    return lowest(points, end - w.baseline - w.hour, end)
+    start = end - w.baseline - w.hour
+    if points:
+        start = max(start, points[0][0] + w.warm_up - 1e-9)
+    return lowest(points, start, end)
 
 
 def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | None:
@@ -162,8 +172,12 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
     moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
     kill, or a warm-up, moves only one."""
-    # Both windows past the series' first 45 minutes (a warm-up is no floor).
-    if not points or points[0][0] > now - (2 * w.baseline + 2 * w.hour - w.lasting_hold):
+    # The part of the earlier window past the series' warm-up (SETTLED_SINCE: the first
+    # hourly minimum, an hour past it): a window at most, ``min_cover`` at least.
+    if not points:
+        return None
+    covered = min(w.baseline, now - w.baseline - (points[0][0] + w.warm_up + w.hour))
+    if covered < w.min_cover:
         return None
     fa, fb = floor(points, now, w), floor(points, now, w, 1)
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
@@ -172,7 +186,11 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     hf = highest_floor(points, now, w)
     if fb is not None and hf is not None and ea is not None and fb < hf <= ea:
         fb = hf
-    rises = [a - b for a, b in ((fa, fb), (ea, eb)) if a is not None and b is not None]
+    # The floor's rise over the part of the earlier window lived, scaled to a window;
+    # the envelope's spans a window either way (the peaks sit at the windows' ends).
+    rises = [(a - b) * scale for a, b, scale in
+             ((fa, fb, w.baseline / covered), (ea, eb, 1.0))
+             if a is not None and b is not None]
     if not rises:
         return None
     rise = min(rises)
