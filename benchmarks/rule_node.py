@@ -99,7 +99,8 @@ Row = tuple[str, float, float]
 Span = tuple[int, int, int]
 
 
-def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterator[Row]]]:
+def _rows(cgroups: list[Cgroup], instance: str, now: int
+          ) -> dict[str, Callable[[], Iterator[Row]]]:
     """What each backfilled family holds, per cgroup (the leak grows unreclaimable
     memory, its anon kind and EngineCore)."""
     ctr = [cg for cg in cgroups if cg.container]
@@ -122,6 +123,9 @@ def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterat
         "tmpfs": lambda: ((f'{cg.labels},mount="/dev/shm"', float(GiB), 0.0) for cg in pods),
         "one": lambda: ((cg.labels, 1.0, 0.0) for cg in ctr),
         "range": lambda: ((cg.labels, 10**JITTER_DIGITS, 0.0) for cg in cgroups),
+        # A timestamp: exact (a slope too small to move it takes the exact path, not
+        # the jittered one).
+        "settled": lambda: ((cg.labels, float(now - 3 * DAY), 1e-12) for cg in cgroups),
     }
 
 
@@ -141,8 +145,9 @@ SPANS_GUARD: Span = (2 * DAY + 2 * HOUR + 5 * MINUTE, 2 * DAY + HOUR + 40 * MINU
 HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     # max_over_time(oom_kill[1h] offset 10m), rate(max[15m])
     (c.MEMORY_EVENTS_TOTAL.name, "events", ((HOUR + 12 * MINUTE, 0, 15),)),
-    # deriv[30m], max_over_time[5m] offset 1h, max_over_time[1h] (hourly maxima)
-    (q.UNRECLAIMABLE, "level", ((HOUR + 7 * MINUTE, 0, MINUTE),)),
+    # deriv[30m], max_over_time[5m] offset 1h, max_over_time[1h] (hourly maxima), and
+    # the hourly minimum's warm-up guard (present_over_time[15m] offset 1h45m)
+    (q.UNRECLAIMABLE, "level", ((2 * HOUR + 2 * MINUTE, 0, MINUTE),)),
     (q.WORKING_SET, "working_set", (RECENT_HOUR,)),  # min_over_time[1h]
     # The breakdown (the lasting group): deriv[1h], avg_over_time[1h] offset 1d.
     (q.HIDDEN, "hidden", (RECENT_HOUR_LASTING, _day_ago(step=LASTING_S))),
@@ -159,8 +164,10 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     # maxima an hour later, and a day ahead of the pattern), their own figures a day
     # ago ([15m] offset 1d), the guard present_over_time[15m] offset 2d1h45m, and a
     # day of what grew and of vLLM's answers.
-    (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, LASTING_S),)),
-    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S), SPANS_GUARD)),
+    (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, LASTING_S), SPANS_GUARD)),
+    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
+    # Every cgroup settled three days ago: the rises read a whole day before the last.
+    (q.SETTLED_SINCE, "settled", ((15 * MINUTE, 0, LASTING_S),)),
     (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.UNRECLAIMABLE_BASELINE, "level", (A_DAY_AGO_HELD,)),
@@ -209,7 +216,7 @@ def write_history(cgroups: list[Cgroup], instance: str, now: int,
     rng = random.Random(7)
     jitter = [f"{rng.randrange(10**JITTER_DIGITS):0{JITTER_DIGITS}d}"
               for _ in range(4 * DAY // MINUTE)]
-    rows = _rows(cgroups, instance)
+    rows = _rows(cgroups, instance, now)
     samples = 0
     for family, source, spans in HISTORY:
         name, _, extra = family.partition("\t")

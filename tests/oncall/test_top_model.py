@@ -5,6 +5,8 @@ sorting, filtering, the keys and the lines drawn. (The real terminal is in
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -417,6 +419,36 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
                  for t, _ in pts]
     assert growth(restarted, now, w, 32 * GiB)["lasting"] == pytest.approx(GiB / day,
                                                                            rel=0.01)
+
+
+def test_a_young_pod_has_a_lasting_horizon_once_it_lived_part_of_the_day_before() -> None:
+    """A pod 1.5 days old: the floor's rise over the part of the day before it lived past
+    its warm-up, scaled to a day. A leak reads its rate; a daily swing, a model loading
+    from nothing, and steps every few hours read what they are; under 6 h of that part,
+    nothing."""
+    from exporter.oncall.forecast.series import growth
+
+    w = fc.Windows.of()
+    day, hour = 86400.0, 3600.0
+
+    def series(fn: Callable[[float], float], age: float) -> list[tuple[float, float]]:
+        return [(i * 60.0, fn(i * 60.0)) for i in range(int(age / 60) + 1)]
+
+    def loaded(fn: Callable[[float], float]) -> Callable[[float], float]:
+        # 20 minutes of loading from 1 GiB, then the shape.
+        return lambda t: GiB + (fn(t) - GiB) * min(1.0, t / 1200)
+
+    leak = series(loaded(lambda t: 8 * GiB + t * GiB / day), 1.5 * day)
+    assert growth(leak, leak[-1][0], w, 32 * GiB)["lasting"] == pytest.approx(
+        GiB / day, rel=0.02)
+    young = series(loaded(lambda t: 8 * GiB + t * GiB / day), day + 6 * hour)
+    assert "lasting" not in growth(young, young[-1][0], w, 32 * GiB)
+    swing = series(loaded(lambda t: 8 * GiB + 4 * GiB * math.sin(2 * math.pi * t / day)),
+                   1.5 * day)
+    assert "lasting" not in growth(swing, swing[-1][0], w, 32 * GiB)
+    stairs = series(loaded(lambda t: 8 * GiB + GiB * (t // (3 * hour))), 1.5 * day)
+    assert growth(stairs, stairs[-1][0], w, 32 * GiB)["lasting"] == pytest.approx(
+        8 * GiB / day, rel=0.2)
 
 
 def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
