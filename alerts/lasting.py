@@ -144,7 +144,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # "spans both windows": the series was there 45 minutes before the earlier window's
     # first hourly figure began, so that figure is past a young pod's warm-up (its
     # loading minutes are no floor to rise from). HOURLY_MAX is there from the first
-    # figure on (HOURLY_MIN only past the first 45 minutes).
+    # figure on (SETTLED_HOURLY_MIN only past the first 45 minutes).
     old = spans(q.HOURLY_MAX, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
     # How much of the earlier window the settled floor covers (seconds, at most a
@@ -254,19 +254,21 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
+        (q.HOURLY_MIN, f"min_over_time({q.UNRECLAIMABLE}[{hw}])"),
         # Past the workload's warm-up (a figure warm_up_s before the hour began): a
-        # model's loading minutes are no floor.
-        (q.HOURLY_MIN, expr(
-            "min_over_time(${u}[${hw}])\nand\n${settled}", u=q.UNRECLAIMABLE, hw=hw,
+        # model's loading minutes are no floor (they still tell a quiet hour).
+        (q.SETTLED_HOURLY_MIN, expr(
+            "${hmin}\nand\n${settled}", hmin=q.HOURLY_MIN,
             settled=spans(q.UNRECLAIMABLE, config.hourly_window_s + config.warm_up_s,
                           config.lasting_hold_s))),
         # Held while the floor is: a gap past the hold starts it again.
         (q.SETTLED_SINCE, expr(
             "last_over_time(${since}[${hold}])\nor\ntimestamp(${hmin})",
-            since=q.SETTLED_SINCE, hold=duration(config.lasting_hold_s), hmin=q.HOURLY_MIN)),
+            since=q.SETTLED_SINCE, hold=duration(config.lasting_hold_s),
+            hmin=q.SETTLED_HOURLY_MIN)),
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
-        (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.HOURLY_MIN}[{bw}])"),
+        (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.SETTLED_HOURLY_MIN}[{bw}])"),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         # A kill ends a leak's climb: the floors before it are no pattern to come back to.

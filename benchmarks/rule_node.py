@@ -165,7 +165,8 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     # ago ([15m] offset 1d), the guard present_over_time[15m] offset 2d1h45m, and a
     # day of what grew and of vLLM's answers.
     (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, LASTING_S), SPANS_GUARD)),
-    (q.HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
+    (q.HOURLY_MIN, "level", ((15 * MINUTE, 0, LASTING_S),)),
+    (q.SETTLED_HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     # Every cgroup settled three days ago: the rises read a whole day before the last.
     (q.SETTLED_SINCE, "settled", ((15 * MINUTE, 0, LASTING_S),)),
     (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, LASTING_S),)),

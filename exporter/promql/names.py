@@ -44,6 +44,7 @@ MEMORY_KIND = "headroom:memory_kind:bytes"  # per workload and kind
 HIDDEN = "headroom:memory_hidden:bytes"
 HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
 HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
+SETTLED_HOURLY_MIN = "headroom:memory_unreclaimable:settled_hourly_min"
 SETTLED_SINCE = "headroom:memory_unreclaimable:settled_since"  # unix seconds
 OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
 WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
@@ -149,14 +150,16 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN: "unreclaimable memory no process accounts for (unmapped /dev/shm files, "
     "kernel memory, charges left by dead containers)",
     HOURLY_MAX: "highest unreclaimable figure over the last hour",
-    HOURLY_MIN: "lowest unreclaimable figure over the last hour, once the workload is "
-    "past its first 45 minutes (a model's loading minutes are no floor)",
-    SETTLED_SINCE: "when HOURLY_MIN was first recorded for the workload (unix seconds): "
+    HOURLY_MIN: "lowest unreclaimable figure over the last hour",
+    SETTLED_HOURLY_MIN: "HOURLY_MIN once the workload is past its first 45 minutes (a "
+    "model's loading minutes are no floor): what the floor is made of",
+    SETTLED_SINCE: "when SETTLED_HOURLY_MIN was first recorded for the workload (unix "
+    "seconds): "
     "how much of the floor window before the last the rises can read",
     WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
-    "window (from the hourly minima)",
+    "window (from the settled hourly minima)",
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
     OOM_KILLED: "1 per pod where an OOM kill was counted since the last evaluation of "
