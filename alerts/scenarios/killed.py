@@ -388,16 +388,23 @@ def leak_restarted(rng: random.Random) -> Draw:
 
 
 def staircase(rng: random.Random) -> Draw:
-    """A pod born at the replay's start whose memory steps up 3-8 % of the limit every 2-8
+    """A pod born at the replay's start whose memory steps up 3-8 % of the limit every 2-6
     hours (adapters loaded, cache segments pinned), flat between, until a step crosses
-    after 1-7 days: a page ahead of the last step, not hours early, and a ticket as soon
-    as the lasting horizon can read the floor's rise (a day and 8 hours of history)."""
+    after 1.5-5 days: a page ahead of the last step, not hours early, and a ticket as soon
+    as the lasting horizon can read the floor's rise (a day and 8 hours of history).
+
+    What the forecast cannot do, and the draws do not ask: on the last plateau (half a
+    step below the limit) the lasting horizon reads half the step interval, and the page
+    needs its forecast within 3 hours; steps further apart than 6 hours page only at the
+    step. A pod the steps kill before it has a day and 8 hours of history has no lasting
+    horizon at all."""
     step, pod = _step(rng, (30, 60, 120)), "stairs-0"
     limit = rng.uniform(24, 48) * GiB
-    every = rng.uniform(2, 8) * HOUR
+    every = rng.uniform(2, 6) * HOUR
     size = rng.uniform(0.03, 0.08) * limit
     noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
-    base = limit - (rng.randint(12, 20) - 0.5) * size
+    steps = max(rng.randint(12, 20), math.ceil(1.5 * DAY / every) + 1)
+    base = limit - (steps - 0.5) * size
     off = rng.uniform(0, every)
     climb = rng.uniform(2, 10) * MINUTE  # each step over minutes
 

@@ -35,7 +35,6 @@ class Windows:
     beyond_trend: float = 6 * 3600.0  # ...or this much lasting trend while it binds
     pattern_period: float = 86400.0  # the daily pattern: the same hours one period ago
     lasting_interval: float = 300.0  # the lasting group's interval
-    lasting_hold: float = 900.0  # how long a lasting figure is held
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
@@ -58,7 +57,7 @@ class Windows:
                    config.min_baseline_rise_ratio, config.climbing_lag_s,
                    config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
                    config.pattern_period_s, config.lasting_interval_s,
-                   lasting_hold=config.lasting_hold_s, swing_ratio=config.pattern_swing_ratio,
+                   swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
                    floor_memory=config.floor_memory_s,
