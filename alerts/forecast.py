@@ -45,9 +45,7 @@ def _climb_beyond_pattern(config: Config) -> str:
     """1 where a climb goes beyond what the recurring peaks and their lasting trend
     explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
     yesterday's level is not): where the pattern is known, above the envelope by a
-    margin plus a day of the lasting trend (``fill_recent_trend_s`` of it where the
-    envelope is the climb's own last hours: PEAK_ENVELOPE_RECENT), or by
-    ``fill_beyond_trend_s`` of it while
+    margin plus a day of the lasting trend, or by ``fill_beyond_trend_s`` of it while
     the lasting horizon reaches the limit within the envelope window; where it is not
     (the figure has only climbed since it appeared), above the unknown-pattern ratio of
     the limit."""
@@ -59,11 +57,7 @@ def _climb_beyond_pattern(config: Config) -> str:
         """
         (
             (
-                ${u} > on ${g} (
-                    ${env}
-                  + on ${g} (${bw} * ${rate} unless on ${g} ${recent} or on ${g} ${rt} * ${rate})
-                  or ${env}
-                )
+                ${u} > on ${g} (${env} + on ${g} ${bw} * ${rate} or ${env})
               or
                 ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
                 and on ${g}
@@ -76,9 +70,7 @@ def _climb_beyond_pattern(config: Config) -> str:
         ) * 0 + 1
         """,
         u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
-        recent=f"last_over_time({q.PEAK_ENVELOPE_RECENT}[{hold}])",
-        rt=config.fill_recent_trend_s, beyond=config.fill_beyond_trend_s,
-        ttl=q.TIME_TO_LIMIT_BY_HORIZON,
+        beyond=config.fill_beyond_trend_s, ttl=q.TIME_TO_LIMIT_BY_HORIZON,
         known=f"last_over_time({q.PATTERN_KNOWN}[{hold}])",
         unknown=config.fill_unknown_pattern_ratio, limit=q.LIMIT)
 

@@ -51,31 +51,15 @@ def _pattern_ceiling(config: Config) -> str:
           or on ${g}
             ${margin}
             unless on ${g}
-            ${recent}
+            ${env} <= on ${g} max_over_time(${hmax}[${hold}] offset ${hw})
           or on ${g}
             ${limit} * 0
         )""",
         env=envelope, g=g, margin=margin, released=q.RELEASED, hold=hold,
         env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
                    f"offset {duration(config.release_window_s)})",
-        recent=q.PEAK_ENVELOPE_RECENT, limit=q.LIMIT)
+        hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
     return env
-
-
-def _envelope_recent(config: Config) -> str:
-    """PEAK_ENVELOPE_RECENT: the envelope is no higher than what the hour before the
-    last reached, and nothing was released over the release window: the peaks are the
-    climb's own last hours (a steady or speeding leak), not a crest a day old."""
-    g = by(*config.group_labels)
-    return expr(
-        """
-        (
-            ${env} <= on ${g} max_over_time(${hmax}[${hold}] offset ${hw})
-          unless on ${g}
-            ${released}
-        ) * 0 + 1""",
-        env=q.PEAK_ENVELOPE, g=g, hmax=q.HOURLY_MAX, hold=duration(config.lasting_hold_s),
-        hw=duration(config.hourly_window_s), released=q.RELEASED)
 
 
 def breakdown_rules(config: Config) -> list[tuple[str, str]]:
@@ -331,7 +315,6 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.RELEASED, expr(
             "max by ${g} (present_over_time(${sign}{sign=\"release\"}[${w}]))",
             g=gb, sign=q.PATTERN_SIGN, w=duration(config.release_window_s))),
-        (q.PEAK_ENVELOPE_RECENT, _envelope_recent(config)),
         (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),

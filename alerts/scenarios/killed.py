@@ -425,30 +425,3 @@ def staircase(rng: random.Random) -> Draw:
     return Draw("staircase", 0, case, {"step": step, "every_h": every / HOUR,
                                         "size": size / limit, "days": kill / DAY})
 
-
-def accelerating(rng: random.Random) -> Draw:
-    """A leak that speeds up (its excess doubles every 6-24 hours) from 40-60 % to the
-    limit over 1.5-3 days: a page 45 minutes ahead, not hours early. Near the end it
-    climbs several times faster than its day's average: the climb is beyond the peaks
-    whatever the lasting trend allows."""
-    step, pod = _step(rng, (30, 60, 120)), "accel-0"
-    limit = rng.uniform(24, 48) * GiB
-    tau = rng.uniform(6, 24) * HOUR / math.log(2)
-    days = rng.uniform(1.5, 3)
-    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
-    base = rng.uniform(0.4, 0.6) * limit
-    a = (limit - base) / (math.exp(days * DAY / tau) - 1)
-
-    def u(t: int) -> float:
-        return base + a * (math.exp(t / tau) - 1) + noise(t)
-
-    kill = first_at_or_above(u, lambda t: limit, range(0, 5 * DAY, step))
-    rec = Recorder(range(0, kill + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    case = _killed("accelerating", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
-                                        noise.sigma, kill, step))
-    return Draw("accelerating", 0, case, {"step": step,
-                                           "double_h": tau * math.log(2) / HOUR,
-                                           "days": days})
-

@@ -60,7 +60,6 @@ PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
-PEAK_ENVELOPE_RECENT = "headroom:memory_peak_envelope_recent:bool"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
 PATTERN_HOLDS = "headroom:memory_pattern_holds:bool"
@@ -191,9 +190,6 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "has only climbed since it appeared is not known: a warm-up, a first tooth)",
     RELEASED: "1 where a release was seen within the release window: a climb above the "
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
-    PEAK_ENVELOPE_RECENT: "1 where the envelope of the peaks is the climb's own last "
-    "hours: no release over the release window, and no hour of the envelope window "
-    "above what the hour before the last one reached",
     PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
     "plus a margin (1 % of the limit, and the envelope's rise over the release window "
     "after a release; none where the envelope is what the hour before the last one "

@@ -155,11 +155,6 @@ class Config:
     # more than this much of the lasting trend (a tooth of a sawtooth with a period up
     # to this long climbs less, and is released).
     fill_beyond_trend_s: int = 6 * HOUR
-    # Where the envelope is the climb's own last hours (no release, no older crest above
-    # what the hour before the last reached: PEAK_ENVELOPE_RECENT), the peaks are that
-    # recent and the trend since them is hours, not a day: above the envelope by this
-    # much of the lasting trend (a leak that speeds up climbs beyond its day's average).
-    fill_recent_trend_s: int = 2 * HOUR
     # ...and by more than this much of the limit (the peaks' own noise: a plateau that
     # comes back to yesterday's level is not beyond it).
     fill_beyond_peaks_ratio: float = 0.01

@@ -354,36 +354,6 @@ def test_the_mirror_names_the_rule_it_mirrors_step_by_step() -> None:
                                                   w)) == (4.0, "medium")
 
 
-def test_a_climb_above_peaks_that_are_its_own_last_hours_allows_hours_of_trend() -> None:
-    """CLIMB_BEYOND_PATTERN's mirror where the envelope is the climb's own last hours
-    (PEAK_ENVELOPE_RECENT): a leak that climbs four times its day's average is beyond
-    its peaks plus two hours of that average, not plus a day of it; the same figure
-    under a crest a day old (a daily swing's) is within a day of trend."""
-    w = fc.Windows.of()
-    day, hour = 86400.0, 3600.0
-    limit, avg = 32 * GiB, 4 * GiB / day  # the lasting rate: 4 GiB a day
-
-    def by_horizon(points: list[tuple[float, float]]) -> dict[str, float]:
-        now = points[-1][0]
-        from exporter.oncall.forecast.series import envelope
-
-        peaks = envelope(points, now, w)
-        assert peaks is not None
-        return fc.time_to_limit_by_horizon(limit, points[-1][1], points[-1][1],
-                                           {"medium": 4 * avg, "lasting": avg}, peaks, w,
-                                           points=points, now=now)
-
-    # Flat a day (quiet hours: the pattern is known), then 16 GiB a day for 3 hours.
-    speeding = [(t, 16 * GiB + 16 * GiB / day * max(0.0, t - day)) for t in
-                (i * 60.0 for i in range(int((day + 3 * hour) / 60) + 1))]
-    assert "medium" in by_horizon(speeding)
-    # A crest 20 hours ago above the last hours: the peaks are old, a day of trend is
-    # allowed.
-    crested = [(t, v + (1.5 * GiB if abs(t - (speeding[-1][0] - 20 * hour)) < hour else 0.0))
-               for t, v in speeding]
-    assert "medium" not in by_horizon(crested)
-
-
 def _leak_with_noise(swing: float, days: float = 3.0, rate: float = GiB / 86400,
                      base: float = 40 * GiB) -> list[tuple[float, float]]:
     """A leak sampled every minute whose figure swings ``swing`` from sample to sample."""

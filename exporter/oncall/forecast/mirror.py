@@ -110,7 +110,6 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         beyond = unread  # no envelope yet: every climb is beyond what was seen
     else:
         margin = w.beyond_ratio * limit
-        since_peaks = w.baseline  # the trend since the peaks: up to a day...
         if released:
             # The next tooth: the margin plus the envelope's own rise since.
             before = envelope(points, now - w.release_window, w)
@@ -119,11 +118,9 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
             # No margin where the envelope is the climb's own last hours (a steady leak).
             climb = highest(points, now - 2 * w.hour - 3 * w.lasting_interval,
                             now - w.hour) if points else None
-            if climb is not None and peaks <= climb:
-                # ...hours where they are the climb's own last hours (PEAK_ENVELOPE_RECENT)
-                margin, since_peaks = 0.0, w.recent_trend
+            margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
-        beyond = now_value > above + since_peaks * trend or (
+        beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend
             and out.get("lasting", math.inf) < w.baseline)
     for h in ("short", "medium"):

@@ -45,8 +45,6 @@ class Windows:
     # of the earlier window it lived must be this long.
     warm_up: float = 45 * 60.0
     min_cover: float = 6 * 3600.0
-    # A climb beyond peaks that are its own last hours: this much lasting trend above.
-    recent_trend: float = 2 * 3600.0
 
     @classmethod
     def of(cls, config: Config = CONFIG, step: float = 60.0) -> Windows:
@@ -62,8 +60,7 @@ class Windows:
                    release_window=config.release_window_s,
                    floor_memory=config.floor_memory_s,
                    climbing_noise_share=config.climbing_noise_share,
-                   warm_up=config.warm_up_s, min_cover=config.lasting_min_cover_s,
-                   recent_trend=config.fill_recent_trend_s)
+                   warm_up=config.warm_up_s, min_cover=config.lasting_min_cover_s)
 
     @property
     def pattern_ahead(self) -> tuple[float, ...]:
