@@ -131,11 +131,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # figure on (SETTLED_HOURLY_MIN only past the first 45 minutes).
     old = spans(q.HOURLY_MAX, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
-    # How much of the earlier window the settled floor covers (seconds, at most a
-    # window), where it covers at least lasting_min_cover_s.
-    covered = expr(
-        "clamp_max(time() - ${since} - ${bw_s}, ${bw_s}) >= ${least}",
-        since=q.SETTLED_SINCE, bw_s=bw_s, least=config.lasting_min_cover_s)
+    # How much of the earlier window the settled floor covers, where it covers at least
+    # lasting_min_cover_s.
+    covered = f"{q.FLOOR_COVER} >= {config.lasting_min_cover_s}"
 
     def rise(name: str, since: str = "", young: str = "") -> str:
         # The figure now minus the same figure recorded one window ago: the window a
@@ -245,11 +243,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             "${hmin}\nand\n${settled}", hmin=q.HOURLY_MIN,
             settled=spans(q.UNRECLAIMABLE, config.hourly_window_s + config.warm_up_s,
                           config.lasting_hold_s))),
-        # Held while the floor is: a gap past the hold starts it again.
-        (q.SETTLED_SINCE, expr(
-            "last_over_time(${since}[${hold}])\nor\ntimestamp(${hmin})",
-            since=q.SETTLED_SINCE, hold=duration(config.lasting_hold_s),
-            hmin=q.SETTLED_HOURLY_MIN)),
+        # The settled figures of the window before the last, counted against those of
+        # the last one (whatever the group's cadence: promtool's backfill and unit tests
+        # run every group at one interval; two windows of one length hold as many at any
+        # phase), as seconds of a window.
+        (q.FLOOR_COVER, expr(
+            "clamp_max(\n  ${bw_s} * count_over_time(${hmin}[${bw}] offset ${bw})\n"
+            "  / on ${g} count_over_time(${hmin}[${bw}]),\n  ${bw_s}\n)",
+            bw_s=bw_s, hmin=q.SETTLED_HOURLY_MIN, bw=bw, g=gb)),
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.SETTLED_HOURLY_MIN}[{bw}])"),

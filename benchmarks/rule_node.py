@@ -99,8 +99,7 @@ Row = tuple[str, float, float]
 Span = tuple[int, int, int]
 
 
-def _rows(cgroups: list[Cgroup], instance: str, now: int
-          ) -> dict[str, Callable[[], Iterator[Row]]]:
+def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterator[Row]]]:
     """What each backfilled family holds, per cgroup (the leak grows unreclaimable
     memory, its anon kind and EngineCore)."""
     ctr = [cg for cg in cgroups if cg.container]
@@ -123,9 +122,6 @@ def _rows(cgroups: list[Cgroup], instance: str, now: int
         "tmpfs": lambda: ((f'{cg.labels},mount="/dev/shm"', float(GiB), 0.0) for cg in pods),
         "one": lambda: ((cg.labels, 1.0, 0.0) for cg in ctr),
         "range": lambda: ((cg.labels, 10**JITTER_DIGITS, 0.0) for cg in cgroups),
-        # A timestamp: exact (a slope too small to move it takes the exact path, not
-        # the jittered one).
-        "settled": lambda: ((cg.labels, float(now - 3 * DAY), 1e-12) for cg in cgroups),
     }
 
 
@@ -166,9 +162,8 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     # day of what grew and of vLLM's answers.
     (q.HOURLY_MAX, "level", ((DAY + 2 * HOUR, 0, LASTING_S), SPANS_GUARD)),
     (q.HOURLY_MIN, "level", ((15 * MINUTE, 0, LASTING_S),)),
-    (q.SETTLED_HOURLY_MIN, "level", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
-    # Every cgroup settled three days ago: the rises read a whole day before the last.
-    (q.SETTLED_SINCE, "settled", ((15 * MINUTE, 0, LASTING_S),)),
+    # The floor over [1d], and its cover: counted over [1d] and [1d] offset 1d.
+    (q.SETTLED_HOURLY_MIN, "level", ((2 * DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.HIDDEN_HOURLY_MIN, "hidden", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.WORKING_SET_HOURLY_MIN, "working_set", ((DAY + 5 * MINUTE, 0, LASTING_S),)),
     (q.UNRECLAIMABLE_BASELINE, "level", (A_DAY_AGO_HELD,)),
@@ -217,7 +212,7 @@ def write_history(cgroups: list[Cgroup], instance: str, now: int,
     rng = random.Random(7)
     jitter = [f"{rng.randrange(10**JITTER_DIGITS):0{JITTER_DIGITS}d}"
               for _ in range(4 * DAY // MINUTE)]
-    rows = _rows(cgroups, instance, now)
+    rows = _rows(cgroups, instance)
     samples = 0
     for family, source, spans in HISTORY:
         name, _, extra = family.partition("\t")

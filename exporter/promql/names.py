@@ -45,7 +45,7 @@ HIDDEN = "headroom:memory_hidden:bytes"
 HOURLY_MAX = "headroom:memory_unreclaimable:hourly_max"
 HOURLY_MIN = "headroom:memory_unreclaimable:hourly_min"
 SETTLED_HOURLY_MIN = "headroom:memory_unreclaimable:settled_hourly_min"
-SETTLED_SINCE = "headroom:memory_unreclaimable:settled_since"  # unix seconds
+FLOOR_COVER = "headroom:memory_floor_cover:seconds"
 OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
 WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
 HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
@@ -152,9 +152,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HOURLY_MIN: "lowest unreclaimable figure over the last hour",
     SETTLED_HOURLY_MIN: "HOURLY_MIN once the workload is past its first 45 minutes (a "
     "model's loading minutes are no floor): what the floor is made of",
-    SETTLED_SINCE: "when SETTLED_HOURLY_MIN was first recorded for the workload (unix "
-    "seconds): "
-    "how much of the floor window before the last the rises can read",
+    FLOOR_COVER: "how much of the envelope window before the last the settled floor "
+    "covers (seconds, a window at most): what a workload younger than two windows has "
+    "lived of it, past its warm-up",
     WORKING_SET_HOURLY_MIN: "lowest working set over the last hour",
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "

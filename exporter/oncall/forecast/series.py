@@ -171,7 +171,7 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
     moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
     kill, or a warm-up, moves only one."""
-    # The part of the earlier window past the series' warm-up (SETTLED_SINCE: the first
+    # The part of the earlier window past the series' warm-up (FLOOR_COVER: from the first
     # hourly minimum, an hour past it): a window at most, ``min_cover`` at least.
     if not points:
         return None
