@@ -125,10 +125,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     hw = duration(config.hourly_window_s)
     bw = duration(config.baseline_window_s)
     bw_s = config.baseline_window_s
-    # "spans both windows": the series was there 45 minutes before the earlier window's
-    # first hourly figure began, so that figure is past a young pod's warm-up (its
-    # loading minutes are no floor to rise from). HOURLY_MAX is there from the first
-    # figure on (SETTLED_HOURLY_MIN only past the first 45 minutes).
+    # The hidden floor's "spans both windows": the series was there 45 minutes before the
+    # earlier window's first hourly figure began, so that figure is past a young pod's
+    # warm-up (its loading minutes are no floor to rise from). HOURLY_MAX is there from
+    # the first figure on (SETTLED_HOURLY_MIN only past the first 45 minutes). The
+    # unreclaimable floor and envelope read FLOOR_COVER instead.
     old = spans(q.HOURLY_MAX, 2 * bw_s + 2 * config.hourly_window_s - config.lasting_hold_s,
                 config.lasting_hold_s)
     # How much of the earlier window the settled floor covers, where it covers at least

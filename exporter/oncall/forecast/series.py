@@ -129,7 +129,7 @@ def envelope(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
 def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
           ) -> float | None:
     """The lowest figure over the envelope window (the hourly minima over a day), past
-    the series' warm-up (HOURLY_MIN reads no figure of its first ``warm_up``)."""
+    the series' warm-up (SETTLED_HOURLY_MIN reads no figure of its first ``warm_up``)."""
     end = now - days_ago * w.baseline
     start = end - w.baseline - w.hour
     if points:
