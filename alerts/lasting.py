@@ -136,38 +136,25 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # lasting_min_cover_s.
     covered = f"{q.FLOOR_COVER} >= {config.lasting_min_cover_s}"
 
-    def rise(name: str, since: str = "", young: str = "") -> str:
+    def rise(name: str, since: str = "", guard: str = f"and on {gb}\n{old}") -> str:
         # The figure now minus the same figure recorded one window ago: the window a
         # day ago was this rule's own a day ago (the group runs at a fixed phase and a
         # day is a whole number of its intervals; else it is the figure recorded at
         # most one interval earlier), so it is read, not scanned again. ``since``: a
-        # higher reference where it is higher (the week's highest floor).
+        # higher reference where it is higher (the week's highest floor). ``guard``: where
+        # the rise is read (both windows spanned, by default) or how it is scaled.
         before = f"last_over_time({name}[{duration(config.lasting_hold_s)}] offset {bw})"
         if since:
             before = f"({since} > on {gb} {before} or {before})"
-        if young:
-            # From a young workload's part of the earlier window (``covered``): its
-            # floor's rise spans that part, not a window, and is scaled to one (the
-            # envelope's rise spans a window either way: the peaks sit at the ends).
-            return expr(
-                """
-                (
-                    ${name}
-                  - ${before}
-                )
-                ${young}
-                """,
-                name=name, before=before, young=young)
         return expr(
             """
             (
                 ${name}
               - ${before}
             )
-            and on ${g}
-            ${old}
+            ${guard}
             """,
-            name=name, before=before, g=gb, old=old)
+            name=name, before=before, guard=guard)
 
     def killed(raw: str) -> str:
         # The counter now above its highest figure over the hold before the last
@@ -277,8 +264,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s), g=gb,
             env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
             memory=duration(config.floor_memory_s)),
-            young=f"* on {gb} ({bw_s} / ({covered}))")),
-        (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, young=f"and on {gb} ({covered})")),
+            # From a young workload's part of the earlier window (``covered``): the
+            # floor's rise spans that part, not a window, and is scaled to one (the
+            # envelope's rise spans a window either way: the peaks sit at the ends).
+            guard=f"* on {gb} ({bw_s} / ({covered}))")),
+        (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, guard=f"and on {gb} ({covered})")),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         # What the daily pattern's one-hour window (below) read for the hour just past,
         # a period ago, against what the hour did.
