@@ -80,6 +80,12 @@ def _pod_alerts(pod: str, containers: tuple[str, ...] = ("vllm",)) -> frozenset[
                      for s in ("warning", "critical") for x in ("", *containers))
 
 
+def _tickets(pod: str, container: str = "vllm") -> frozenset[Key]:
+    """The pod's tickets, container and pod level: allowed where the growth so far
+    honestly forecasts the limit though the pattern ends short of it."""
+    return frozenset(_k(FILL, "warning", pod, x) for x in (container, ""))
+
+
 def _killed(name: str, step: int, kill: int, rec: Recorder, pod: str, *,
             page_min: int, page_max: int, ticket_min: int | None = None,
             container: str = "vllm", allow: frozenset[Key] = frozenset(),

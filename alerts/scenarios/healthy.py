@@ -9,8 +9,8 @@ import random
 from exporter import catalog as c
 from exporter.promql import DAY, HOUR, MINUTE
 
-from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step
-from .recording import FILL, NS, Recorder, steady
+from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step, _tickets
+from .recording import NS, Recorder, steady
 from .shapes import Noise, _tooth, diurnal, ramp
 
 
@@ -192,8 +192,7 @@ def step_up(rng: random.Random) -> Draw:
     end = int(2.5 * DAY)
     rec = Recorder(range(0, end + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
-    allow = frozenset({_k(FILL, "warning", pod), _k(FILL, "warning", pod, "")})
-    return Draw("step-up", 0, _healthy("step-up", step, end, rec, allow=allow),
+    return Draw("step-up", 0, _healthy("step-up", step, end, rec, allow=_tickets(pod)),
                 {"step": step, "top": top, "jump": jump})
 
 
@@ -213,7 +212,7 @@ def saturating(rng: random.Random) -> Draw:
 
     rec = Recorder(range(0, 3 * DAY + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
-    allow = frozenset({_k(FILL, "warning", pod), _k(FILL, "warning", pod, "")})
-    return Draw("saturating", 0, _healthy("saturating", step, 3 * DAY, rec, allow=allow),
+    return Draw("saturating", 0, _healthy("saturating", step, 3 * DAY, rec,
+                                                   allow=_tickets(pod)),
                 {"step": step, "cap": cap / limit, "tau_h": tau / HOUR})
 

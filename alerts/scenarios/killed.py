@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 
 from exporter import catalog as c
-from exporter.promql import DAY, HOUR, MINUTE
+from exporter.promql import CONFIG, DAY, HOUR, MINUTE
 
 from .draws import (
     FAST_PAGE_MIN_LEAD_S,
@@ -416,9 +416,11 @@ def staircase(rng: random.Random) -> Draw:
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
     # The lasting horizon reads a young pod once it has lived a window, its warm-up and
-    # hour, and 6 hours of the window before (Config.lasting_min_cover_s); the ticket's
-    # 30 minutes and an evaluation after that.
-    ticketable = kill - (DAY + 8 * HOUR + 35 * MINUTE)
+    # hour, and lasting_min_cover_s of the window before; the ticket's for: and a
+    # lasting evaluation after that.
+    ticketable = kill - (CONFIG.baseline_window_s + CONFIG.warm_up_s
+                         + CONFIG.hourly_window_s + CONFIG.lasting_min_cover_s
+                         + CONFIG.fill_warning_for_s + CONFIG.lasting_interval_s)
     case = _killed("staircase", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
                    page_max=int(every + 2 * HOUR),
                    ticket_min=min(12 * HOUR, ticketable) if ticketable >= HOUR else None)
