@@ -357,6 +357,20 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             limit=q.LIMIT, quiet=q.QUIET_SWING,
             spans=spans(q.PATTERN_RISE, bw_s - config.lasting_hold_s,
                         config.lasting_hold_s))),
+        # The last hour rose above the same hours a period ago by more than a period of
+        # the lasting trend explains, beyond the peaks' margin and the quiet hours'
+        # swing: growth faster than the day's average (a leak that speeds up). A daily
+        # swing's climb, even over a slow leak, rises no more than its trend.
+        (q.ABOVE_PATTERN, expr(
+            """
+            (
+                ${rise} - on ${g} (${growth}{horizon="lasting"} * ${period} or on ${g} ${limit} * 0)
+              > on ${g}
+                (${margin} * ${limit} + on ${g} ${quiet})
+            ) * 0 + 1
+            """,
+            rise=q.PATTERN_RISE, g=gb, growth=q.GROWTH, period=config.pattern_period_s,
+            margin=config.fill_beyond_peaks_ratio, limit=q.LIMIT, quiet=q.QUIET_SWING)),
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),

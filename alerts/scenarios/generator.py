@@ -52,6 +52,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "weekly": healthy.weekly,
     "leak-restarted": killed.leak_restarted,
     "staircase": killed.staircase,
+    "accelerating": killed.accelerating,
     "step-up": healthy.step_up,
     "saturating": healthy.saturating,
 }
@@ -78,6 +79,7 @@ PROPERTIES: dict[str, str] = {
     "weekly": "silent-on-a-weekly-pattern",
     "leak-restarted": "the-second-kill-is-ticketed-and-paged-too",
     "staircase": "a-young-pods-steps-page-before-the-last-one",
+    "accelerating": "a-leak-that-speeds-up-pages-ahead",
     "step-up": "no-page-on-a-reload-step",
     "saturating": "no-page-on-a-cache-filling-to-its-cap",
 }

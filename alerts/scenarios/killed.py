@@ -427,3 +427,33 @@ def staircase(rng: random.Random) -> Draw:
     return Draw("staircase", 0, case, {"step": step, "every_h": every / HOUR,
                                         "size": size / limit, "days": kill / DAY})
 
+
+
+def accelerating(rng: random.Random) -> Draw:
+    """A pod born at the replay's start leaks ever faster (its excess doubles every 6-24
+    hours), half the draws under a daily swing of 3-10 % of the limit, until it is killed
+    after 1.5-3 days: a page ahead of the kill, not hours early. The lasting horizon
+    reads the day's average, a fraction of the rate now; the climb is beyond the pattern
+    because it rose above the same hours a day before by more than that trend explains."""
+    step, pod = _step(rng, (30, 60, 120)), "accel-0"
+    limit = rng.uniform(24, 48) * GiB
+    tau = rng.uniform(6, 24) * HOUR / math.log(2)
+    days = rng.uniform(1.5, 3)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    swing = rng.choice((0.0, rng.uniform(0.03, 0.1))) * limit
+    peak_h = rng.uniform(0, 24)
+    base = rng.uniform(0.4, 0.6) * limit
+    scale = (limit - base - swing) / (math.exp(days * DAY / tau) - 1)
+
+    def u(t: int) -> float:
+        return (base + scale * (math.exp(t / tau) - 1) + diurnal(t, swing, peak_h)
+                + noise(t))
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("accelerating", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
+                                        noise.sigma, kill, step))
+    return Draw("accelerating", 0, case, {"step": step, "double_h": tau * math.log(2) / HOUR,
+                                           "swing": swing / limit, "days": kill / DAY})

@@ -27,6 +27,7 @@ names), ``syntax`` (writing PromQL); import them from here.
 from __future__ import annotations
 
 from exporter.promql.names import (
+    ABOVE_PATTERN,
     ALERT_NAMES,
     BINDING,
     CLIMB_BEYOND_PATTERN,
@@ -121,6 +122,7 @@ from exporter.promql.syntax import (
 )
 
 __all__ = [
+    "ABOVE_PATTERN",
     "ALERT_NAMES",
     "BINDING",
     "CLIMB_BEYOND_PATTERN",

@@ -63,6 +63,7 @@ PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
 PATTERN_HOLDS = "headroom:memory_pattern_holds:bool"
+ABOVE_PATTERN = "headroom:memory_above_pattern:bool"
 GREW = "headroom:memory_grew:bool"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
@@ -117,7 +118,8 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     CLIMB_BEYOND_PATTERN: "1 where the climb now goes beyond what the recurring peaks "
     "explain: above their envelope by a margin and a day of their lasting trend (or by "
     "fill_beyond_trend_s of it while the lasting horizon reaches the limit within a "
-    "day), or no envelope yet (a young series); absent otherwise",
+    "day, or by anything where the last hour rose above its daily pattern by more than "
+    "that trend: ABOVE_PATTERN), or no envelope yet (a young series); absent otherwise",
     TIME_TO_LIMIT: "the soonest forecast that counts, one series per cgroup: short and "
     "medium only where the climb goes beyond the pattern, lasting always; label horizon "
     "says which binds. The page reads this",
@@ -207,6 +209,11 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "There, a pattern peak below the limit means the peaks stay below it for those "
     "hours, and the page does not start on the envelope's straight line (a fast leak "
     "under a daily swing crests near the limit half a day before the climb that kills)",
+    ABOVE_PATTERN: "1 where the last hour rose above the daily pattern's hours "
+    "(PATTERN_RISE) by more than a period of lasting growth plus the peaks' margin and "
+    "the quiet hours' swing: growth faster than the lasting horizon reads (a leak "
+    "that speeds up: the lasting rate is a day's average). A climb above the pattern's "
+    "ceiling there is beyond the pattern (CLIMB_BEYOND_PATTERN)",
     GREW: "1 where some horizon's growth estimate was present within the hold window: "
     "NearLimit reads a day of these, not a day of every growth series",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",

@@ -451,6 +451,42 @@ def test_a_young_pod_has_a_lasting_horizon_once_it_lived_part_of_the_day_before(
         8 * GiB / day, rel=0.2)
 
 
+def test_a_leak_that_speeds_up_climbs_beyond_the_pattern_and_a_steady_one_does_not() -> None:
+    """ABOVE_PATTERN's mirror: the lasting rate is the day's average, so a leak whose
+    excess doubles every 18 h sits far above the same hours a day ago plus a day of that
+    rate, and its short and medium horizons count (they read the rate now); a steady leak
+    under a daily swing climbs no more than its trend above yesterday's hours, and the
+    swing's climb is not beyond the pattern."""
+    from exporter.oncall.forecast.series import above_pattern, envelope, growth, highest
+
+    w = fc.Windows.of()
+    day, hour, limit = 86400.0, 3600.0, 32 * GiB
+
+    def series(fn: Callable[[float], float], age: float) -> list[tuple[float, float]]:
+        return [(i * 60.0, fn(i * 60.0)) for i in range(int(age / 60) + 1)]
+
+    def read(pts: list[tuple[float, float]]) -> tuple[bool, dict[str, float]]:
+        now = pts[-1][0]
+        rates = growth(pts, now, w, limit)
+        ttl = fc.time_to_limit_by_horizon(
+            limit, pts[-1][1], highest(pts, now - w.peak, now) or 0.0, rates,
+            envelope(pts, now, w), w, None, pts, now)
+        return above_pattern(pts, now, w, limit, rates.get("lasting")), ttl
+
+    # Doubling every 18 h from 14 GiB to the limit in two days, read an hour before:
+    # the lasting horizon (the day's average) says hours, the medium one an hour.
+    tau = 18 * hour / math.log(2)
+    scale = 18 * GiB / (math.exp(2 * day / tau) - 1)
+    speeding = series(lambda t: 14 * GiB + scale * (math.exp(t / tau) - 1), 2 * day - hour)
+    beyond, ttl = read(speeding)
+    assert beyond and ttl["lasting"] > 3 * hour and ttl["medium"] < 75 * 60
+    # The same two and a half days at the average rate of the last day: lasting alone.
+    steady = series(lambda t: 12 * GiB + 3 * GiB * t / day
+                    + 3 * GiB * math.sin(2 * math.pi * (t / day - 0.5 + 2 / 24)), 2.5 * day)
+    beyond, ttl = read(steady)
+    assert not beyond and set(ttl) == {"lasting"}
+
+
 def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
     """The page fires on the noise band whatever the trend's hours say: top shows
     "in noise" under TO LIMIT, styles it and sorts it above a sooner time to limit."""

@@ -21,6 +21,7 @@ from exporter.oncall.forecast.data import (
 )
 from exporter.oncall.forecast.series import (
     Windows,
+    above_pattern,
     between,
     envelope,
     growth,
@@ -46,6 +47,7 @@ from exporter.promql import (
 #                             rise per envelope window, above the rules' minimum
 #   PEAK_ENVELOPE             envelope: the highest figure over the window before the
 #                             last hour
+#   ABOVE_PATTERN             above_pattern
 #   TIME_TO_LIMIT_BY_HORIZON  time_to_limit_by_horizon
 #   TIME_TO_LIMIT             soonest: bottomk(1) of the above, with its horizon
 #   PEAK_HEADROOM_SWINGS      peak_headroom_swings (QUIET_SWING its unit)
@@ -84,7 +86,9 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     * short, medium: from the recent peak, and only where the climb goes beyond the
       pattern (CLIMB_BEYOND_PATTERN): above the peaks' envelope by a margin plus an
       envelope window of the lasting trend, or by ``beyond_trend`` of it while the
-      lasting horizon reaches the limit within an envelope window, or no envelope yet;
+      lasting horizon reaches the limit within an envelope window, or by anything
+      where the last hour rose above its daily pattern by more than the lasting trend
+      explains (ABOVE_PATTERN: the leak speeds up), or no envelope yet;
       where the pattern is not known (the figure has only climbed since it appeared),
       only above the unknown-pattern ratio of the limit.
 
@@ -122,7 +126,8 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         above = peaks + margin
         beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend
-            and out.get("lasting", math.inf) < w.baseline)
+            and out.get("lasting", math.inf) < w.baseline) or (
+            now_value > above and above_pattern(points, now, w, limit, lasting_rate))
     for h in ("short", "medium"):
         r = rates.get(h)
         if r is not None and r > 0 and beyond:

@@ -231,6 +231,21 @@ def quiet_swing(points: Sequence[Point], now: float, w: Windows) -> float:
     return quantile(QUIET_QUANTILE, noise)
 
 
+def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
+                  lasting_rate: float | None) -> bool:
+    """ABOVE_PATTERN: the last hour's highest figure rose above the same hours one
+    period ago (PATTERN_RISE: the hourly maxima of three lasting intervals) by more than
+    a period of the lasting trend, the peaks' margin and the quiet hours' swing."""
+    last = highest(points, now - w.hour, now)
+    back = now - w.pattern_period
+    before = highest(points, back - 3 * w.lasting_interval - w.hour, back)
+    if last is None or before is None:
+        return False
+    rise = last - before - (lasting_rate or 0.0) * w.pattern_period
+    return rise > w.beyond_ratio * limit and \
+        rise > w.beyond_ratio * limit + quiet_swing(points, now, w)
+
+
 def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
     """The short horizon's guard: the figure now above every one from the climbing lag
     to the lag plus the short window ago by more than a share of the quiet hours'
