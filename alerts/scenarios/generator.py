@@ -53,6 +53,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "leak-restarted": killed.leak_restarted,
     "staircase": killed.staircase,
     "accelerating": killed.accelerating,
+    "pod-level-limit": killed.pod_level_limit,
     "step-up": healthy.step_up,
     "saturating": healthy.saturating,
 }
@@ -80,6 +81,7 @@ PROPERTIES: dict[str, str] = {
     "leak-restarted": "the-second-kill-is-ticketed-and-paged-too",
     "staircase": "a-young-pods-steps-page-before-the-last-one",
     "accelerating": "a-leak-that-speeds-up-pages-ahead",
+    "pod-level-limit": "the-pod-level-cgroup-binds-and-pages",
     "step-up": "no-page-on-a-reload-step",
     "saturating": "no-page-on-a-cache-filling-to-its-cap",
 }

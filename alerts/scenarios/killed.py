@@ -457,3 +457,38 @@ def accelerating(rng: random.Random) -> Draw:
                                         noise.sigma, kill, step))
     return Draw("accelerating", 0, case, {"step": step, "double_h": tau * math.log(2) / HOUR,
                                            "swing": swing / limit, "days": kill / DAY})
+
+
+def pod_level_limit(rng: random.Random) -> Draw:
+    """Pod-level resources: only the pod sets a limit (each container's effective limit
+    is the pod's). vLLM leaks to the pod's kill over 3-12 hours beside a flat proxy of
+    5-15 % of the limit: the pod level binds and pages, naming vLLM's EngineCore."""
+    step, pod = _step(rng), "podlimit-0"
+    limit = rng.uniform(24, 64) * GiB
+    proxy = rng.uniform(0.05, 0.15) * limit
+    start, length = rng.uniform(2, 6) * HOUR, rng.uniform(3, 12) * HOUR
+    base = rng.uniform(0.4, 0.6) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def server(t: int) -> float:
+        climb = (limit - proxy - base) * 1.02 * ramp(t, start, start + length)
+        return base + climb + noise(t)
+
+    def sidecar(t: int) -> float:
+        return proxy + 0.2 * noise(t, 1)
+
+    def pod_total(t: int) -> float:
+        return server(t) + sidecar(t) + 16 * MiB
+
+    kill = first_at_or_above(pod_total, lambda t: limit, range(0, 2 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    cgroup(rec, pod, "vllm", lambda t: limit, server, cache=lambda t: GiB)
+    cgroup(rec, pod, "proxy", lambda t: limit, sidecar, cache=lambda t: 0.1 * GiB)
+    cgroup(rec, pod, "", lambda t: limit, pod_total, cache=lambda t: 1.1 * GiB)
+    process(rec, pod, "vllm", "EngineCore", _minus(server, 3 * GiB), lambda t: 2 * GiB)
+    process(rec, pod, "proxy", "envoy", lambda t: 0.9 * sidecar(t), lambda t: 0.0)
+    case = _killed("pod-level-limit", step, kill, rec, pod, container="",
+                   page_min=PAGE_MIN_LEAD_S,
+                   page_max=min(SLOW_PAGE_MAX_LEAD_S, int(max(2 * HOUR, length / 2))))
+    case = dataclasses.replace(case, allow=case.allow | _pod_alerts(pod, ("vllm", "proxy")))
+    return Draw("pod-level-limit", 0, case, {"step": step, "ramp_h": length / HOUR})
