@@ -242,8 +242,9 @@ def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
     if last is None or before is None:
         return False
     rise = last - before - (lasting_rate or 0.0) * w.pattern_period
-    return rise > w.beyond_ratio * limit and \
-        rise > w.beyond_ratio * limit + quiet_swing(points, now, w)
+    margin = w.beyond_ratio * limit
+    # quiet_swing reads a day of hours: only where the rise clears the margin alone.
+    return rise > margin and rise > margin + quiet_swing(points, now, w)
 
 
 def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
