@@ -179,6 +179,12 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         """,
         g=gb, pg=pg, pod=pod)
     period = duration(config.pattern_period_s)
+    # What the daily pattern allows an hour to rise above the same hours a period ago:
+    # a period of the lasting trend, plus the peaks' margin and the quiet hours' swing
+    # (PATTERN_HOLDS over the window, ABOVE_PATTERN for the last hour).
+    period_trend = f'{q.GROWTH}{{horizon="lasting"}} * {config.pattern_period_s}'
+    pattern_allowance = (f"({config.fill_beyond_peaks_ratio} * {q.LIMIT}"
+                         f" + on {gb} {q.QUIET_SWING})")
 
     def day_over_day(selector: str) -> str:
         # Only where the lasting horizon binds the pod (the top grower reads it nowhere
@@ -345,16 +351,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.PATTERN_HOLDS, expr(
             """
             (
-                max_over_time(${rise}[${bw}]) - on ${g} ${growth}{horizon="lasting"} * ${period}
+                max_over_time(${rise}[${bw}]) - on ${g} ${trend}
               < on ${g}
-                (${margin} * ${limit} + on ${g} ${quiet})
+                ${allowance}
               and on ${g}
                 ${spans}
             ) * 0 + 1
             """,
-            rise=q.PATTERN_RISE, bw=bw, g=gb, growth=q.GROWTH,
-            period=config.pattern_period_s, margin=config.fill_beyond_peaks_ratio,
-            limit=q.LIMIT, quiet=q.QUIET_SWING,
+            rise=q.PATTERN_RISE, bw=bw, g=gb, trend=period_trend, allowance=pattern_allowance,
             spans=spans(q.PATTERN_RISE, bw_s - config.lasting_hold_s,
                         config.lasting_hold_s))),
         # The last hour rose above the same hours a period ago by more than a period of
@@ -364,13 +368,13 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.ABOVE_PATTERN, expr(
             """
             (
-                ${rise} - on ${g} (${growth}{horizon="lasting"} * ${period} or on ${g} ${limit} * 0)
+                ${rise} - on ${g} (${trend} or on ${g} ${limit} * 0)
               > on ${g}
-                (${margin} * ${limit} + on ${g} ${quiet})
+                ${allowance}
             ) * 0 + 1
             """,
-            rise=q.PATTERN_RISE, g=gb, growth=q.GROWTH, period=config.pattern_period_s,
-            margin=config.fill_beyond_peaks_ratio, limit=q.LIMIT, quiet=q.QUIET_SWING)),
+            rise=q.PATTERN_RISE, g=gb, trend=period_trend, limit=q.LIMIT,
+            allowance=pattern_allowance)),
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
