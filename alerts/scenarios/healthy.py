@@ -212,7 +212,7 @@ def saturating(rng: random.Random) -> Draw:
 
     rec = Recorder(range(0, 3 * DAY + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
-    return Draw("saturating", 0, _healthy("saturating", step, 3 * DAY, rec,
-                                                   allow=_tickets(pod)),
+    case = _healthy("saturating", step, 3 * DAY, rec, allow=_tickets(pod))
+    return Draw("saturating", 0, case,
                 {"step": step, "cap": cap / limit, "tau_h": tau / HOUR})
 

@@ -428,7 +428,6 @@ def staircase(rng: random.Random) -> Draw:
                                         "size": size / limit, "days": kill / DAY})
 
 
-
 def accelerating(rng: random.Random) -> Draw:
     """A pod born at the replay's start leaks ever faster (its excess doubles every 6-24
     hours), half the draws under a daily swing of 3-10 % of the limit, until it is killed
