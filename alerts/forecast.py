@@ -197,9 +197,10 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             )
             """,
             g=gb, ttl=q.TIME_TO_LIMIT_BY_HORIZON, beyond=q.CLIMB_BEYOND_PATTERN)),
-        # What the page reads of the peaks (recorded once for its fire and clear levels,
-        # only where the lasting horizon sees growth): their own forecast, and how close
-        # they came to the limit in units of the memory's noise.
+        # What the page reads of the peaks (recorded once for its fire and clear levels):
+        # their own forecast (where the lasting horizon sees growth), and how close they
+        # came to the limit in units of the memory's noise (wherever it has noise: a pod
+        # whose peaks sit within it is killed by its next excursion, growing or not).
         (q.ENVELOPE_TIME_TO_LIMIT, expr(
             "clamp_min(${limit} - ${env}, 0) / on ${g} ${rate}",
             limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate)),
@@ -207,12 +208,10 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             """
               clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
             / on ${g}
-              last_over_time(${quiet}[${hold}])
-            and on ${g}
-              ${rate}
+              (last_over_time(${quiet}[${hold}]) > 0)
             """,
             limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
-            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting, rate=lasting_rate)),
+            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting)),
         # Where the daily pattern decides when the next peak comes (the page's hold,
         # alerts/memory.py held_below): every window ahead against the limit at once.
         (q.PATTERN_CLEAR, expr(

@@ -43,14 +43,20 @@ def _top_grower(config: Config) -> str:
     )
 
 
-def _ttl_text(config: Config) -> str:
-    """Go template: the time to limit and the horizon that binds."""
+def _ttl_query(config: Config) -> str:
+    """Go template pipeline: the alert's TIME_TO_LIMIT series."""
     matchers = ",".join(f"{x}=%q" for x in config.group_labels)
     args = " ".join(f"$labels.{x}" for x in config.group_labels)
+    return f'printf "{q.TIME_TO_LIMIT}{{{matchers}}}" {args} | query'
+
+
+def _ttl_text(config: Config) -> str:
+    """Go template: the time to limit and the horizon that binds (none: the noise
+    band pages a pod no horizon times)."""
     return (
-        f'{{{{ range printf "{q.TIME_TO_LIMIT}{{{matchers}}}" {args} | query }}}}'
+        f"{{{{ range {_ttl_query(config)} }}}}"
         "{{ .Value | humanizeDuration }} (the {{ .Labels.horizon }} horizon binds)"
-        "{{ end }}"
+        "{{ else }}no time a trend gives: its next excursion decides{{ end }}"
     )
 
 
@@ -100,18 +106,53 @@ def held_below(config: Config, scale: float, horizon_s: int, where: str = "") ->
     return "\n  unless on " + g + "\n" + indent(f"({clear}\n)", 4)
 
 
+def _time_to_noise_band(config: Config, scale: float) -> str:
+    """Seconds until the figure is within the page's noise band of the limit, per
+    cgroup: the recorded time to limit less the band (``fill_noise_band_swings`` of the
+    quiet swing, times ``scale``) at the rate of the horizon that gives it. There the
+    noise band pages (below); this is its forecast, so a climb that slows as it nears
+    the limit (a cache filling toward a level past it) pages the page horizon before it
+    gets there, not when its own slowing trend would reach the limit. Without a quiet
+    swing yet: the time to limit."""
+    g = config.group_labels
+    hold = duration(config.lasting_hold_s)
+    return expr(
+        """
+        min by ${g} (
+            ${ttl}
+          - on ${gh}
+            (
+                last_over_time(${quiet}[${hold}]) * ${band}
+              / on ${g} group_right ()
+                (
+                    ${growth}{horizon=~"short|medium"}
+                  or
+                    last_over_time(${growth}{horizon="lasting"}[${hold}])
+                )
+            )
+          or
+            ${ttl}
+        )""",
+        g=by(*g), gh=by(*g, "horizon"), ttl=q.TIME_TO_LIMIT, quiet=q.QUIET_SWING, hold=hold,
+        band=number(config.fill_noise_band_swings * scale), growth=q.GROWTH)
+
+
 def critical_condition(config: Config, scale: float) -> str:
     """The page's condition with every horizon times ``scale`` (1: fire; more: clear).
 
-    * the recorded time to limit within the critical horizon: a short or medium climb
-      that goes beyond the pattern (``CLIMB_BEYOND_PATTERN``), or the lasting horizon
-      (the peaks' envelope, the daily pattern); the lasting horizon within the pattern
-      page horizon (its windows ahead are whole hours);
+    * the time until the figure is within the noise band of the limit (the recorded
+      time to limit less the band's share of the quiet swing at that horizon's rate:
+      ``_time_to_noise_band``) within the critical horizon: a short or medium climb that
+      goes beyond the pattern (``CLIMB_BEYOND_PATTERN``), or the lasting horizon (the
+      peaks' envelope, the daily pattern); the lasting horizon within the pattern page
+      horizon (its windows ahead are whole hours);
     * the peaks at the limit: their envelope reaches it at the lasting rate within the
       lasting page horizon, or within the confirm horizon while a climb that reaches it
       within the fast confirm horizon goes on (a sawtooth whose teeth climb);
-    * the peaks within the noise of the limit while the lasting horizon sees growth
-      (``QUIET_SWING``): the next excursion like those of the quiet hours kills.
+    * the peaks within the noise of the limit (``QUIET_SWING``), with or without a
+      time to limit: the next excursion like those of the quiet hours kills, and no
+      trend can time it (a young pod filling ever slower toward a level past its limit
+      has no horizon that holds, and sits in this band for its last hour).
     """
     g = by(*config.group_labels)
 
@@ -122,23 +163,24 @@ def critical_condition(config: Config, scale: float) -> str:
     # page's fire and clear levels cost a few joins over those, not over every cgroup.
     return expr(
         """
-        min by ${g} (${ttl})
-        and on ${g}
-        (
-            min by ${g} (${ttl}) < ${crit}${lasting_crit_held}
-        or
-            ${lasting} <= ${pattern_page}${pattern_page_held}
-        or
-            ${env_ttl} < ${lasting_page}${lasting_page_held}
-        or
-            ${env_ttl} < ${confirm}
+            min by ${g} (${ttl})
           and on ${g}
-            ${fast} < ${fast_confirm}
+            (
+                ${to_band} < ${crit}${lasting_crit_held}
+              or
+                ${lasting} <= ${pattern_page}${pattern_page_held}
+              or
+                ${env_ttl} < ${lasting_page}${lasting_page_held}
+              or
+                ${env_ttl} < ${confirm}
+                and on ${g}
+                ${fast} < ${fast_confirm}
+            )
         or
             ${swings} < ${band}${band_held}
-        )
         """,
         g=g, ttl=q.TIME_TO_LIMIT, fast=min_time_to_limit(config, "short|medium"),
+        to_band=indent(_time_to_noise_band(config, scale), 16).lstrip(),
         lasting=min_time_to_limit(config, "lasting"),
         # The peaks' own forecast: from the envelope of the peaks before the last hour,
         # not from a tooth climbing now (a sawtooth's tooth above the last peaks is
@@ -203,11 +245,14 @@ def filling_up_critical(config: Config) -> Rule:
                            critical_condition(config, clear) + "\nor\n"
                            + _crash_loop_hold(config), then=binding_clause(config))
     band = config.fill_noise_band_swings
-    # Paged by the noise band, the time to limit is the trend's (hours): the summary
+    # Paged by the noise band, the time to limit is the trend's (hours), or there is
+    # none (kept on by the band's clear level, the value is the band's): the summary
     # says what pages instead, the peaks within the memory's own noise of the limit.
+    no_ttl = f"not ({_ttl_query(config)})"
     return alerting_rule(
         config, name, condition, "critical", config.fill_critical_for_s,
-        f"{{{{ if {_noise_band_query(config, band)} }}}}"
+        f"{{{{ if or ({_noise_band_query(config, band)}) (and ({no_ttl}) "
+        f"({_noise_band_query(config, clear * band)})) }}}}"
         "{{ $labels.namespace }}/{{ $labels.pod }} is within the noise of its memory "
         "limit: one more swing like its quiet hours' OOM-kills it."
         "{{ else }}{{ $labels.namespace }}/{{ $labels.pod }} will be OOM-killed in about "

@@ -127,9 +127,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hour) reaches the limit in force now at the lasting rate: the peaks' own forecast, "
     "which a tooth climbing now does not move; present only with lasting growth",
     PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
-    "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), present "
-    "only with lasting growth: below half a swing the next excursion like the quietest "
-    "hour's reaches the limit (the page's noise band)",
+    "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), where the "
+    "memory has noise: below half a swing the next excursion like the quietest "
+    "hour's reaches the limit (the page's noise band, growing or not)",
     PATTERN_CLEAR: "1 (per window ahead, label within) where the daily pattern holds "
     "(PATTERN_HOLDS) and its peak over those hours (PATTERN_PEAK) stays below the limit "
     "in force now by the peaks' margin: there the envelope's straight lines neither "

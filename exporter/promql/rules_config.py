@@ -144,10 +144,12 @@ class Config:
     fill_lasting_confirm_horizon_s: int = 6 * HOUR
     fill_fast_confirm_horizon_s: int = 2 * HOUR
     # ...or the peaks (the envelope, or the last hour's) come within this much of the
-    # quiet hours' swing of the limit while the lasting horizon sees growth: about two
-    # noise deviations (an hour's range is about four), so one excursion of that size
-    # is the kill. A slow leak in a big limit spends a day in that band, and its kill is
-    # the noise's choice: no time to limit can place it. The swing is the quiet hours'
+    # quiet hours' swing of the limit, growing or not: about two noise deviations (an
+    # hour's range is about four), so one excursion of that size is the kill. A slow
+    # leak in a big limit spends a day in that band, and its kill is the noise's choice:
+    # no time to limit can place it. The page forecasts the band too: the critical
+    # horizon counts to the band, not to the limit (alerts/memory.py
+    # _time_to_noise_band). The swing is the quiet hours'
     # noise (QUIET_SWING: four deviations from each hour's trend line, so a sawtooth's
     # tooth or a leak's climb is no noise).
     fill_noise_band_swings: float = 0.5

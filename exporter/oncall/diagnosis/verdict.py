@@ -51,7 +51,7 @@ class Closeness:
     # own rates, shown instead of the raw trends when there is a forecast.
     by_horizon: tuple[tuple[str, float], ...] = ()
     # The forecast's PEAK_HEADROOM_SWINGS: the headroom above the peaks in quietest-hour
-    # swings (with lasting growth only); below the noise band the page fires on it.
+    # swings (where the memory has noise); below the noise band the page fires on it.
     peak_swings: float | None = None
 
 

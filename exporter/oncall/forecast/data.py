@@ -68,8 +68,8 @@ class Forecast:
     # processes.
     kind_growth: Mapping[str, float] = field(default_factory=dict)
     process_growth: Mapping[str, float] = field(default_factory=dict)
-    # PEAK_HEADROOM_SWINGS: the headroom above the peaks in quiet-hour swings, with
-    # lasting growth only; the page fires below Config.fill_noise_band_swings.
+    # PEAK_HEADROOM_SWINGS: the headroom above the peaks in quiet-hour swings (where the
+    # memory has noise); the page fires below Config.fill_noise_band_swings.
     peak_swings: float | None = None
 
     @property

@@ -135,15 +135,13 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     return out
 
 
-def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit: float,
-                         lasting_rate: float | None) -> float | None:
+def peak_headroom_swings(points: Sequence[Point], now: float, w: Windows, limit: float
+                         ) -> float | None:
     """PEAK_HEADROOM_SWINGS: the headroom above the peaks (the envelope, or the last
     hour's highest figure above it) in quiet-hour swings: QUIET_SWING,
     the lower quartile of HOURLY_NOISE (four deviations of the hour's figures from their
     least-squares line) at the lasting evaluations of the envelope window. None without
-    lasting growth or without noise."""
-    if lasting_rate is None or lasting_rate <= 0:
-        return None
+    noise."""
     unit = quiet_swing(points, now, w)
     recent = highest(points, now - w.hour, now)
     peaks = envelope(points, now, w)
@@ -302,7 +300,7 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
                             {**procs, **process_growth(h.processes, now, w, lasting=True)})
     else:
         grower = top_grower(kinds, procs)
-    swings = peak_headroom_swings(h.unreclaimable, now, w, h.limit, rates.get("lasting"))
+    swings = peak_headroom_swings(h.unreclaimable, now, w, h.limit)
     return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peaks, ttl,
                     horizon, grower, LOCAL, kinds, procs, swings)
 
