@@ -214,28 +214,29 @@ def filling_up_noise_band(cfg: Config) -> Test:
     place to 150 MiB above its peaks. The lasting horizon still says hours (3.5 h), but half
     the quiet hours' swing is more than what is left: the next excursion is the
     kill, so it pages within its `for:`. The same leak and gap on a quiet pod (a 16 MiB
-    swing) pages nothing."""
+    swing) pages nothing. The same swing and gap on a pod that does not grow (no
+    horizon gives a time to limit) pages the same: its next excursion is the kill."""
     rate = per_second(GiB)
     start = 40 * GiB
     on = 2 * DAY + 2 * HOUR
     total = on + 2 * HOUR
     n_on, n = on // LONG_STEP, total // LONG_STEP + 1
-    level_on = start + rate * on
 
-    def wobbling(swing: float) -> str:
+    def wobbling(swing: float, rate: float) -> str:
         return " ".join(str(whole(start + rate * i * LONG_STEP + (swing / 2 if i % 2 else
                                                                    -swing / 2)))
                         for i in range(n))
 
-    pods = {"p": 512 * MiB, "q": 16 * MiB}
+    pods = {"p": (512 * MiB, rate), "q": (16 * MiB, rate), "r": (512 * MiB, 0.0)}
     inputs = [series("up", f"1x{n}")]
-    for pod, swing in pods.items():
-        limit_after = level_on + swing / 2 + 150 * MiB
+    for pod, (swing, pod_rate) in pods.items():
+        limit_after = start + pod_rate * on + swing / 2 + 150 * MiB
         inputs += [
             series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on),
                                                    (limit_after, n - n_on)),
                    **workload(pod)),
-            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobbling(swing), **workload(pod)),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobbling(swing, pod_rate),
+                   **workload(pod)),
         ]
     page = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
             'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
@@ -263,10 +264,29 @@ def filling_up_noise_band(cfg: Config) -> Test:
                     ),
                     "runbook_url": cfg.runbook_url("HeadroomMemoryFillingUp"),
                 },
+            }, {
+                "exp_labels": {"severity": "critical", **workload("r")},
+                "exp_annotations": {
+                    "summary": "ns/r is within the noise of its memory limit: one more "
+                               "swing like its quiet hours' OOM-kills it.",
+                    "description": (
+                        "Unreclaimable memory of container vllm of pod ns/r reaches the "
+                        "40.4GiB limit in no time a trend gives: its next excursion "
+                        "decides; 150MiB are left (99.64% used). Its peaks are 0.15 of "
+                        "its quiet hours' swings below the limit (it pages below 0.5). "
+                        "What grows: no process or kind recorded. Act now: the kernel "
+                        "OOM-kills the pod when it gets there."
+                    ),
+                    "runbook_url": cfg.runbook_url("HeadroomMemoryFillingUp"),
+                },
             }],
         }],
         "promql_expr_test": [
             {"expr": page % "p", "eval_time": dur(fires - LONG_STEP), "exp_samples": []},
+            {"expr": page % "r", "eval_time": dur(fires - LONG_STEP), "exp_samples": []},
+            # The pod that does not grow has no time to limit: the band alone pages it.
+            {"expr": f'{q.TIME_TO_LIMIT}{{pod="r"}}', "eval_time": dur(fires),
+             "exp_samples": []},
             {"expr": page % "p", "eval_time": dur(fires), "exp_samples": [{
                 "labels": alert_labels("HeadroomMemoryFillingUp", "critical", "vllm"),
                 "value": 1}]},
@@ -275,6 +295,49 @@ def filling_up_noise_band(cfg: Config) -> Test:
              "eval_time": dur(fires), "exp_samples": []},
             # (Two hours on, its lasting horizon pages it as any leak: 2 h left.)
             {"expr": page % "q", "eval_time": dur(fires + 30 * MINUTE), "exp_samples": []},
+        ],
+    }
+
+
+def filling_up_to_the_band(cfg: Config) -> Test:
+    """Two pods flat for 6 h at 36 GiB of a 40 GiB limit, then climbing 1 GiB an hour:
+    one swings 512 MiB from sample to sample (a quiet swing of 1 GiB: its noise band is
+    the last 512 MiB, half an hour of the climb), the other does not. The page counts
+    its horizon to the band, not to the limit: the noisy pod pages half an hour sooner,
+    while its time to limit still reads more than the page horizon; the quiet one pages
+    at the horizon. Without the noise, the band is the limit."""
+    limit, level, rate = 40 * GiB, 36 * GiB, per_second(GiB) * 24
+    climb_from, n = 6 * HOUR, 10 * HOUR // MINUTE
+    at = 8 * HOUR + 15 * MINUTE
+
+    def figure(swing: float) -> str:
+        return " ".join(str(whole(level + rate * max(0, i * MINUTE - climb_from)
+                                  + (swing / 2 if i % 2 else -swing / 2)))
+                        for i in range(n))
+
+    inputs = [series("up", f"1x{n}")]
+    for pod, swing in (("noisy", 512 * MiB), ("quiet", 0.0)):
+        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n}", **workload(pod)),
+                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure(swing),
+                          **workload(pod))]
+    page = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
+            'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
+    crit = cfg.fill_critical_horizon_s + cfg.fill_critical_for_s
+    return {
+        "name": "HeadroomMemoryFillingUp critical: the horizon counts to the noise band",
+        "interval": "1m",
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": page % "noisy", "eval_time": dur(at), "exp_samples": [{
+                "labels": alert_labels("HeadroomMemoryFillingUp", "critical", "vllm"),
+                "value": 1}]},
+            # ...while its time to limit is still beyond the page horizon.
+            {"expr": f'count({q.TIME_TO_LIMIT}{{pod="noisy"}} > {crit})',
+             "eval_time": dur(at), "exp_samples": [{"labels": "{}", "value": 1}]},
+            {"expr": page % "quiet", "eval_time": dur(at), "exp_samples": []},
+            {"expr": page % "quiet", "eval_time": dur(at + HOUR), "exp_samples": [{
+                "labels": alert_labels("HeadroomMemoryFillingUp", "critical", "vllm"),
+                "value": 1}]},
         ],
     }
 

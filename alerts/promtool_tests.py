@@ -25,6 +25,7 @@ from exporter.promql import Config
 from .promtool_memory import (
     filling_up_critical,
     filling_up_noise_band,
+    filling_up_to_the_band,
     filling_up_warning,
     hidden,
     near_limit,
@@ -59,6 +60,7 @@ def unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (
             near_limit, near_limit_flat, near_limit_after_growth, filling_up_critical,
+            filling_up_to_the_band,
             reclaim, shm, kv_offload, oom, stale_shm, node_pressure, meta,
         )],
     }

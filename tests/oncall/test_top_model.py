@@ -370,17 +370,20 @@ def test_the_peaks_noise_band_is_read_in_quiet_swings_net_of_the_trend() -> None
     now = pts[-1][0]
     peak = max(v for t, v in pts if t > now - 3600)
     limit = peak + 150 * MiB
-    swings = fc.peak_headroom_swings(pts, now, w, limit, rate)
+    swings = fc.peak_headroom_swings(pts, now, w, limit)
     # The noise is the swing (the hour's leak is its trend, not noise): a swing of
     # +-256 MiB is a deviation of 256 MiB, an hour's swing four of them.
     assert swings == pytest.approx(150 / (4 * 256), rel=0.02)
     assert swings < fc.NOISE_BAND_SWINGS
-    # No lasting growth: no figure (the page's branch needs it).
-    assert fc.peak_headroom_swings(pts, now, w, limit, None) is None
+    # The same peaks and noise without any growth: the same figure (a flat pod within
+    # its noise of the limit is killed by its next excursion too).
+    flat = [(t, v - rate * (t - now)) for t, v in pts]
+    assert fc.peak_headroom_swings(flat, now, w, limit) == pytest.approx(
+        (limit - max(v for t, v in flat if t > now - 3600)) / (4 * 256 * MiB), rel=0.02)
     # A sawtooth filling 4 GiB an hour with no noise: every hour's range is its
     # trend, there is no noise band (it pages on its envelope, not on one tooth).
     tooth = [(i * 60.0, 40 * GiB + (i % 120) * 4 * GiB / 60) for i in range(3 * 1440)]
-    assert fc.peak_headroom_swings(tooth, now, w, 100 * GiB, rate) is None
+    assert fc.peak_headroom_swings(tooth, now, w, 100 * GiB) is None
 
 
 def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
