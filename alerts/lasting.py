@@ -376,6 +376,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             rise=q.PATTERN_RISE, g=gb, trend=period_trend, limit=q.LIMIT,
             allowance=pattern_allowance)),
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
+        # Recorded once a round: NearLimit read a day of GREW each minute.
+        (q.GREW_LATELY, f"max_over_time({q.GREW}[{bw}])"),
         (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
         (q.KIND_LASTING_GROWTH, per_kind(day_over_day)),

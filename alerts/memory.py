@@ -295,14 +295,15 @@ def near_limit(config: Config) -> Rule:
         )
 
     # Growth now, or recorded as seen by the lasting group within the envelope window
-    # (GREW: reading a day of every growth series each minute was this alert's cost).
+    # (GREW_LATELY: reading a day of every growth series each minute, then a day of
+    # GREW, was this alert's cost).
     not_growing = expr(
         """
         unless on ${g} ${growth}
-        unless on ${g} max_over_time(${grew}[${bw}])
+        unless on ${g} last_over_time(${grew}[${hold}])
         ${binding}
         """,
-        g=g, growth=q.GROWTH, grew=q.GREW, bw=duration(config.baseline_window_s),
+        g=g, growth=q.GROWTH, grew=q.GREW_LATELY, hold=duration(config.lasting_hold_s),
         binding=binding_clause(config))
     condition = hysteresis(config, name, "critical", cond(config.near_limit_ratio, 1),
                            cond(config.near_limit_clear_ratio, 2), then=not_growing)

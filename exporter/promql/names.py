@@ -65,6 +65,7 @@ PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
 PATTERN_HOLDS = "headroom:memory_pattern_holds:bool"
 ABOVE_PATTERN = "headroom:memory_above_pattern:bool"
 GREW = "headroom:memory_grew:bool"
+GREW_LATELY = "headroom:memory_grew_lately:bool"
 WORKING_SET_BASELINE = "headroom:memory_working_set:baseline"
 HIDDEN_BASELINE = "headroom:memory_hidden:baseline"
 HIDDEN_BASELINE_RISE = "headroom:memory_hidden:baseline_rise"
@@ -214,8 +215,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "the quiet hours' swing: growth faster than the lasting horizon reads (a leak "
     "that speeds up: the lasting rate is a day's average). A climb above the pattern's "
     "ceiling there is beyond the pattern (CLIMB_BEYOND_PATTERN)",
-    GREW: "1 where some horizon's growth estimate was present within the hold window: "
-    "NearLimit reads a day of these, not a day of every growth series",
+    GREW: "1 where some horizon's growth estimate was present within the hold window",
+    GREW_LATELY: "1 where GREW was seen within the envelope window (a day): NearLimit "
+    "reads this once a minute, not a day of GREW (nor of every growth series)",
     KIND_GROWTH: "deriv of each kind over the last hour (bytes/s)",
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
     KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "
