@@ -351,15 +351,15 @@ def reclaim_at_limit(config: Config) -> Rule:
 def hidden_memory_growth(config: Config) -> Rule:
     name = "HeadroomHiddenMemoryGrowth"
 
+    # Above both floors: the rise is read once per level, against the larger.
     def cond(part: float) -> str:
         return expr(
-            """
-            ${rise}{container=""} > ${min_bytes}
-            and
-            ${rise}{container=""} > ${min_ratio} * ${limit}
-            """,
-            rise=q.HIDDEN_BASELINE_RISE, min_bytes=part * config.hidden_min_rise_bytes,
-            min_ratio=part * config.hidden_min_rise_ratio, limit=q.LIMIT,
+            "${rise}${pod_level} > on ${g}"
+            " clamp_min(${min_ratio} * ${limit}${pod_level}, ${min_bytes})",
+            pod_level='{container=""}',
+            rise=q.HIDDEN_BASELINE_RISE, g=by(*config.group_labels),
+            min_bytes=number(part * config.hidden_min_rise_bytes),
+            min_ratio=number(part * config.hidden_min_rise_ratio), limit=q.LIMIT,
         )
 
     condition = hysteresis(config, name, "warning", cond(1.0), cond(0.5))
