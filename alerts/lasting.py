@@ -286,15 +286,32 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # figure from its least-squares line (its variance less the slope's share,
         # slope^2 * var(t)), as the swing of an hour: four deviations. A leak's hour or a
         # tooth's climb is trend, not noise; the noise's own slope is not subtracted.
-        # var(t) of n samples evenly spread over the window: T^2 (n+1) / (12 (n-1)) when
-        # both edges hold one (Prometheus 2), a hair more than the T^2 (n^2-1) / 12 n^2
-        # of a left-open window (Prometheus 3): a steady climb leaves no noise on either.
-        # (n+1) / 12 (n-1) is written (1 + 2 / (n-1)) / 12: the hour is counted once.
+        # var(t) of n samples evenly spread: T^2 (n+1) / (12 (n-1)) when both edges of
+        # the window hold one (the samples' step, T / (n-1), divides the window: a
+        # Prometheus 2 window aligned with the figure's own evaluations, as in promtool),
+        # else T^2 (n^2-1) / 12 n^2 (the step is T / n: a left-open window, Prometheus 3,
+        # and any window whose group is not aligned with the figure's group, which is
+        # every real Prometheus: groups are offset within their interval). Either is
+        # exact where it applies, so a steady climb leaves no noise and a noisy one
+        # keeps all of it; the larger one alone wipes a real noise out of every hour
+        # that climbs steeply (a daily swing's sides, a fast leak), and the quiet swing
+        # with it. (n+1) / 12 (n-1) is written (1 + 2 / (n-1)) / 12.
         (q.HOURLY_NOISE, expr(
-            "${swing} * sqrt(clamp_min("
-            "stddev_over_time(${u}[${hw}]) ^ 2 - (deriv(${u}[${hw}]) * ${hw_s}) ^ 2"
-            " * (1 + 2 / (count_over_time(${u}[${hw}]) - 1)) / 12,"
-            " 0))",
+            """
+            ${swing} * sqrt(clamp_min(
+                stddev_over_time(${u}[${hw}]) ^ 2
+              -
+                (deriv(${u}[${hw}]) * ${hw_s}) ^ 2
+              *
+                (
+                    (1 + 2 / (count_over_time(${u}[${hw}]) - 1)) / 12
+                  and
+                    ${hw_s} % (count_over_time(${u}[${hw}]) - 1) == 0
+                  or
+                    (1 - 1 / count_over_time(${u}[${hw}]) ^ 2) / 12
+                ),
+                0
+            ))""",
             swing=q.HOUR_SWING_DEVIATIONS, u=q.UNRECLAIMABLE, hw=hw,
             hw_s=config.hourly_window_s)),
         (q.QUIET_SWING,

@@ -54,6 +54,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "staircase": killed.staircase,
     "accelerating": killed.accelerating,
     "pod-level-limit": killed.pod_level_limit,
+    "saturating-kill": killed.saturating_kill,
     "step-up": healthy.step_up,
     "saturating": healthy.saturating,
 }
@@ -82,6 +83,7 @@ PROPERTIES: dict[str, str] = {
     "staircase": "a-young-pods-steps-page-before-the-last-one",
     "accelerating": "a-leak-that-speeds-up-pages-ahead",
     "pod-level-limit": "the-pod-level-cgroup-binds-and-pages",
+    "saturating-kill": "a-cache-filling-past-its-limit-pages-from-the-noise-band",
     "step-up": "no-page-on-a-reload-step",
     "saturating": "no-page-on-a-cache-filling-to-its-cap",
 }

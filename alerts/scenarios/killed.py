@@ -458,6 +458,37 @@ def accelerating(rng: random.Random) -> Draw:
                                            "swing": swing / limit, "days": kill / DAY})
 
 
+def saturating_kill(rng: random.Random) -> Draw:
+    """A young pod's cache fills toward a level 3-15 % past its limit (time constant
+    4-16 h), half the draws under a daily swing of 2-6 %: it nears the limit ever
+    slower, and its noise decides the crossing. No horizon's trend holds (the medium
+    slope comes and goes with the noise, the pod is too young for the lasting one): the
+    page comes from the noise band, or from the trend bringing the peaks into it, ahead
+    of the kill and not more than 4 h before the first near miss."""
+    step, pod = _step(rng, (30, 60, 120)), "satkill-0"
+    limit = rng.uniform(24, 48) * GiB
+    cap = rng.uniform(1.03, 1.15) * limit
+    start = rng.uniform(0.3, 0.5) * limit
+    tau = rng.uniform(4, 16) * HOUR
+    swing = rng.choice((0.0, rng.uniform(0.02, 0.06))) * limit
+    peak_h = rng.uniform(0, 24)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return (cap - (cap - start) * math.exp(-t / tau) + diurnal(t, swing, peak_h)
+                - swing + noise(t))
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 8 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("saturating-kill", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
+                                        noise.sigma, kill, step))
+    return Draw("saturating-kill", 0, case, {"step": step, "tau_h": tau / HOUR,
+                                              "cap": cap / limit, "swing": swing / limit,
+                                              "days": kill / DAY})
+
+
 def pod_level_limit(rng: random.Random) -> Draw:
     """Pod-level resources: only the pod sets a limit (each container's effective limit
     is the pod's). vLLM leaks to the pod's kill over 3-12 hours beside a flat proxy of
