@@ -159,8 +159,9 @@ def critical_condition(config: Config, scale: float) -> str:
     def h(seconds: int) -> str:
         return number(round(seconds * scale))
 
-    # Each term reads a recorded series that exists only where something grows: the
-    # page's fire and clear levels cost a few joins over those, not over every cgroup.
+    # Each term but the last reads a recorded series that exists only where something
+    # grows: the page's fire and clear levels cost a few joins over those, not over
+    # every cgroup; the noise band is one read of a series of every noisy cgroup.
     return expr(
         """
             min by ${g} (${ttl})
