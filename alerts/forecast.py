@@ -206,12 +206,11 @@ def fast_recording_rules(config: Config) -> list[Rule]:
             limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate)),
         (q.PEAK_HEADROOM_SWINGS, expr(
             """
-              clamp_min(${limit} - (${env} > ${recent} or ${recent}), 0)
+              clamp_min(${limit} - last_over_time(${level}[${hold}]), 0)
             / on ${g}
               (last_over_time(${quiet}[${hold}]) > 0)
             """,
-            limit=q.LIMIT, env=envelope, recent=f"last_over_time({q.HOURLY_MAX}[{hold_lasting}])",
-            g=gb, quiet=q.QUIET_SWING, hold=hold_lasting)),
+            limit=q.LIMIT, level=q.PEAK_LEVEL, g=gb, quiet=q.QUIET_SWING, hold=hold_lasting)),
         # Where the daily pattern decides when the next peak comes (the page's hold,
         # alerts/memory.py held_below): every window ahead against the limit at once.
         (q.PATTERN_CLEAR, expr(

@@ -250,6 +250,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.SETTLED_HOURLY_MIN}[{bw}])"),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
+        (q.PEAK_LEVEL, f"{q.PEAK_ENVELOPE} > {q.HOURLY_MAX} or {q.HOURLY_MAX}"),
         # A kill ends a leak's climb: the floors before it are no pattern to come back to.
         (q.OOM_KILLED, expr(
             """

@@ -52,6 +52,7 @@ HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
 UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
 UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
+PEAK_LEVEL = "headroom:memory_peak_level:bytes"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
 HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
 HOURLY_NOISE = "headroom:memory_unreclaimable:hourly_noise"
@@ -164,6 +165,8 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "window (from the settled hourly minima)",
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
+    PEAK_LEVEL: "the higher of PEAK_ENVELOPE and the last hour's highest figure: what "
+    "PEAK_HEADROOM_SWINGS measures from (recorded once a round, read once a minute)",
     OOM_KILLED: "1 per pod where an OOM kill was counted since the last evaluation of "
     "the group (the watcher's or the kernel's counter): the floors before a kill are no "
     "pattern for UNRECLAIMABLE_BASELINE_RISE",
