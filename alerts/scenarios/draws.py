@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from exporter.promql import HOUR, MINUTE
 
-from .recording import FILL, NEAR, RECLAIM, Case, Fn, Key, Recorder, cgroup, process
+from .recording import FILL, NEAR, RECLAIM, Case, Fn, Key, Recorder, cgroup, process, steady
 from .shapes import first_at_or_above
 
 GiB = 1024**3
@@ -125,6 +125,20 @@ def noise_timed(page_max: int, u: Fn, limit: Fn, sigma: float, kill: int,
         return page_max + kill - first_at_or_above(u, near, range(0, kill, step))
     except ValueError:  # no near miss before the kill
         return page_max
+
+
+def _noisy_kill(name: str, step: int, pod: str, limit: float, u: Fn,
+                sigma: float, within_s: int) -> tuple[Case, int]:
+    """One container under a fixed limit, killed where ``u`` first reaches it (within
+    ``within_s``): paged at least PAGE_MIN_LEAD_S ahead, and not more than
+    SLOW_PAGE_MAX_LEAD_S before the first near miss (the noise may decide the kill)."""
+    kill = first_at_or_above(u, lambda t: limit, range(0, within_s, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed(name, step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit, sigma,
+                                        kill, step))
+    return case, kill
 
 
 def _zero_while(fn: Fn) -> Fn:

@@ -24,6 +24,7 @@ from .draws import (
     _k,
     _killed,
     _minus,
+    _noisy_kill,
     _pod_alerts,
     _single,
     _step,
@@ -448,12 +449,7 @@ def accelerating(rng: random.Random) -> Draw:
         return (base + scale * (math.exp(t / tau) - 1) + diurnal(t, swing, peak_h)
                 + noise(t))
 
-    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
-    rec = Recorder(range(0, kill + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    case = _killed("accelerating", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
-                                        noise.sigma, kill, step))
+    case, kill = _noisy_kill("accelerating", step, pod, limit, u, noise.sigma, 6 * DAY)
     return Draw("accelerating", 0, case, {"step": step, "double_h": tau * math.log(2) / HOUR,
                                            "swing": swing / limit, "days": kill / DAY})
 
@@ -478,12 +474,7 @@ def saturating_kill(rng: random.Random) -> Draw:
         return (cap - (cap - start) * math.exp(-t / tau) + diurnal(t, swing, peak_h)
                 - swing + noise(t))
 
-    kill = first_at_or_above(u, lambda t: limit, range(0, 8 * DAY, step))
-    rec = Recorder(range(0, kill + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    case = _killed("saturating-kill", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit,
-                                        noise.sigma, kill, step))
+    case, kill = _noisy_kill("saturating-kill", step, pod, limit, u, noise.sigma, 8 * DAY)
     return Draw("saturating-kill", 0, case, {"step": step, "tau_h": tau / HOUR,
                                               "cap": cap / limit, "swing": swing / limit,
                                               "days": kill / DAY})
