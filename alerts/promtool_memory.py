@@ -23,6 +23,10 @@ from .promtool_series import (
     workload,
 )
 
+# The page firing for one pod (``% pod``), per container.
+PAGE_FIRING = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
+               'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
+
 
 def near_limit(cfg: Config) -> Test:
     limit = 32 * GiB
@@ -238,8 +242,7 @@ def filling_up_noise_band(cfg: Config) -> Test:
             series(c.MEMORY_UNRECLAIMABLE_BYTES.name, wobbling(swing, pod_rate),
                    **workload(pod)),
         ]
-    page = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
-            'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
+    page = PAGE_FIRING
     fires = on + cfg.fill_critical_for_s
     return {
         "name": "HeadroomMemoryFillingUp critical: the peaks within the noise of the limit",
@@ -320,8 +323,7 @@ def filling_up_to_the_band(cfg: Config) -> Test:
         inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n}", **workload(pod)),
                    series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure(swing),
                           **workload(pod))]
-    page = ('count by (alertname, severity, container) (ALERTS{alertstate="firing", '
-            'alertname="HeadroomMemoryFillingUp", severity="critical", pod="%s"})')
+    page = PAGE_FIRING
     crit = cfg.fill_critical_horizon_s + cfg.fill_critical_for_s
     return {
         "name": "HeadroomMemoryFillingUp critical: the horizon counts to the noise band",

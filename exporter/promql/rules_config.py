@@ -149,9 +149,9 @@ class Config:
     # leak in a big limit spends a day in that band, and its kill is the noise's choice:
     # no time to limit can place it. The page forecasts the band too: the critical
     # horizon counts to the band, not to the limit (alerts/memory.py
-    # _time_to_noise_band). The swing is the quiet hours'
-    # noise (QUIET_SWING: four deviations from each hour's trend line, so a sawtooth's
-    # tooth or a leak's climb is no noise).
+    # _time_to_noise_band). The swing is the quiet hours' noise (QUIET_SWING: four
+    # deviations from each hour's trend line, so a sawtooth's tooth or a leak's climb is
+    # no noise).
     fill_noise_band_swings: float = 0.5
     # A climb counts as beyond the recurring peaks once it is above their envelope by
     # more than this much of the lasting trend (a tooth of a sawtooth with a period up
