@@ -46,7 +46,9 @@ def _climb_beyond_pattern(config: Config) -> str:
     explain (a sawtooth's tooth, a daily swing's climb or a nightly batch back at
     yesterday's level is not): where the pattern is known, above the envelope by a
     margin plus a day of the lasting trend, or by ``fill_beyond_trend_s`` of it while
-    the lasting horizon reaches the limit within the envelope window, or above it at all
+    the lasting horizon reaches the limit within the envelope window and the floor rises
+    (a leak: the peaks of a batch that grows over a flat floor rise a day of the trend
+    a day, and its climb is the pattern), or above it at all
     where the last hour rose above its daily pattern by more than that trend explains
     (``ABOVE_PATTERN``: the leak speeds up, the day's average lags); where it is not
     (the figure has only climbed since it appeared), above the unknown-pattern ratio of
@@ -64,6 +66,8 @@ def _climb_beyond_pattern(config: Config) -> str:
                 ${u} > on ${g} (${env} + on ${g} ${beyond} * ${rate})
                 and on ${g}
                 ${ttl}{horizon="lasting"} < ${bw}
+                and on ${g}
+                last_over_time(${floor_rise}[${hold}]) > on ${g} ${minimum}
               or
                 ${u} > on ${g} ${env}
                 and on ${g}
@@ -77,6 +81,9 @@ def _climb_beyond_pattern(config: Config) -> str:
         """,
         u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
         beyond=config.fill_beyond_trend_s, ttl=q.TIME_TO_LIMIT_BY_HORIZON,
+        floor_rise=q.UNRECLAIMABLE_BASELINE_RISE, hold=hold,
+        minimum=f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
+                f"{config.min_baseline_rise_bytes})",
         known=f"last_over_time({q.PATTERN_KNOWN}[{hold}])",
         above=f"last_over_time({q.ABOVE_PATTERN}[{hold}])",
         unknown=config.fill_unknown_pattern_ratio, limit=q.LIMIT)

@@ -337,19 +337,42 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_BASELINE)),
         # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
         # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
-        # peaks did not) is no lasting growth.
+        # peaks did not) is no lasting growth. Or the peaks alone rose, a window running
+        # and the window before (the smaller rise), above every peak of the floor memory
+        # before: what kills a batch or a swing that grows while its floor stays is its
+        # peaks. One high day (a burst) rises once; a weekly pattern's weekday peaks come
+        # back to last week's (HIGHEST_ENVELOPE).
         (q.GROWTH + "\tlasting", expr(
             """
             (
-                (${floor} < ${env} or ${env})
-              > on ${g}
-                clamp_min(${ratio} * ${limit}, ${bytes})
+                (
+                    (${floor} < ${env} or ${env})
+                  > on ${g}
+                    ${minimum}
+                )
+              or on ${g}
+                (
+                    (
+                        ${env} < on ${g} ${env_before}
+                      or on ${g}
+                        ${env_before} <= on ${g} ${env}
+                    )
+                  > on ${g}
+                    ${minimum}
+                  unless on ${g}
+                    last_over_time(${highest}[${hold}]) >= on ${g} ${envelope}
+                )
             )
             / ${bw_s}
             """,
             floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
-            ratio=config.min_baseline_rise_ratio, limit=q.LIMIT,
-            bytes=config.min_baseline_rise_bytes, bw_s=bw_s)),
+            minimum=f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
+                    f"{config.min_baseline_rise_bytes})",
+            env_before=f"last_over_time({q.PEAK_ENVELOPE_RISE}"
+                       f"[{duration(config.lasting_hold_s)}] offset {bw})",
+            highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
+            hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s),
+            bw_s=bw_s)),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted by a period of lasting growth.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
@@ -437,11 +460,13 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
 
 
 def floor_memory_recording_rules(config: Config) -> list[Rule]:
-    """Evaluated every ``floor_memory_interval_s``: the highest floor of the floor memory
-    before the last envelope window (a week of the lasting group's floors, read once an
+    """Evaluated every ``floor_memory_interval_s``: the highest floor and envelope of the
+    floor memory before the last envelope window (a week of the lasting group's floors, read once an
     hour: a sixth of a day's window per lasting round would cost more than the group)."""
     back = config.floor_memory_s - config.baseline_window_s
     return recording_rules([
         (q.HIGHEST_FLOOR, f"max_over_time({q.UNRECLAIMABLE_BASELINE}[{duration(back)}]"
                           f" offset {duration(config.baseline_window_s)})"),
+        (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
+                             f" offset {duration(config.baseline_window_s)})"),
     ], q.FLOOR_MEMORY_RECORDING_RULE_HELP)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from exporter import catalog as c
 from exporter import promql as q
 from exporter.promql import DAY, HOUR, MINUTE, Config, MiB
@@ -440,5 +442,61 @@ def weekly_pattern(cfg: Config) -> Test:
              "exp_samples": [{"labels": "{}", "value": 1}]},
             {"expr": ticket, "eval_time": dur(tuesday),
              "exp_samples": [{"labels": '{pod="k"}', "value": 1}]},
+        ],
+    }
+
+
+def growing_batch(cfg: Config) -> Test:
+    """A nightly batch over a flat 16 GiB floor under a 29 GiB limit (from 02:00, ramped
+    up over 15 minutes, 25 minutes at its peak), the peak 2 GiB higher each night: 22,
+    24, 26, 28 GiB. The floor never rises; the peaks have risen two days running above
+    every peak before: lasting growth of 2 GiB a day, a ticket, and the page two hours
+    before the fifth night's batch (yesterday's peak plus a day's growth reaches the
+    limit within two hours). The fourth night's batch pages not: it climbs where the
+    pattern puts it. Its twin runs the same batch at 26 GiB every night: no growth, no
+    alert."""
+    limit, floor = 29 * GiB, 16 * GiB
+    per_day, start, length = DAY // LONG_STEP, 2 * HOUR // LONG_STEP, 40 * MINUTE // LONG_STEP
+    nights = 4
+    end = nights * DAY + 2 * HOUR  # the fifth batch would cross: the data stops before it
+    n = end // LONG_STEP + 1
+
+    def figure(peak: Callable[[int], float]) -> str:
+        # Each batch ramps up over 15 minutes (a climb the medium horizon reads).
+        runs = [run for k in range(nights) for run in (
+            (floor, start), *((floor + (peak(k) - floor) * i / 4, 1) for i in (1, 2, 3)),
+            (peak(k), length - 3), (floor, per_day - start - length))]
+        return steps(*runs, (floor, n - nights * per_day))
+
+    inputs = [series("up", f"1x{n - 1}")]
+    for pod, peak in (("g", lambda k: (22 + 2 * k) * GiB), ("c", lambda k: 26 * GiB)):
+        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n - 1}", **workload(pod)),
+                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure(peak), **workload(pod))]
+    lasting = f'count by (pod) ({q.GROWTH}{{horizon="lasting"}})'
+    alerts = ('count by (pod, severity) (ALERTS{alertstate="firing", '
+              'alertname="HeadroomMemoryFillingUp"})')
+    third_day = 3 * DAY + 12 * HOUR
+    # The two-hour pattern window holds the fourth batch's peak (from 02:15) from 00:15
+    # of the fifth day: the lasting horizon reads "within 2 h", which pages.
+    pattern = nights * DAY + 15 * MINUTE
+    return {
+        "name": "HeadroomMemoryFillingUp: a nightly batch whose peaks grow over a flat "
+                "floor tickets, and pages two hours before the batch that crosses",
+        "interval": dur(LONG_STEP),
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": lasting, "eval_time": dur(third_day),
+             "exp_samples": [{"labels": '{pod="g"}', "value": 1}]},
+            {"expr": alerts, "eval_time": dur(third_day),
+             "exp_samples": [{"labels": '{pod="g", severity="warning"}', "value": 1}]},
+            # The fourth batch, at 28 GiB, climbs a day of the trend above the third:
+            # the pattern, not a climb to page (only a rising floor makes it one sooner).
+            *({"expr": PAGE_FIRING % "g", "eval_time": dur(at), "exp_samples": []}
+              for at in (3 * DAY + 2 * HOUR + k * LONG_STEP for k in range(5, 13))),
+            {"expr": PAGE_FIRING % "g", "eval_time": dur(pattern - LONG_STEP),
+             "exp_samples": []},
+            {"expr": alerts, "eval_time": dur(pattern + cfg.fill_critical_for_s + LONG_STEP),
+             "exp_samples": [{"labels": '{pod="g", severity="critical"}', "value": 1},
+                             {"labels": '{pod="g", severity="warning"}', "value": 1}]},
         ],
     }

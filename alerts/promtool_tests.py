@@ -27,6 +27,7 @@ from .promtool_memory import (
     filling_up_noise_band,
     filling_up_to_the_band,
     filling_up_warning,
+    growing_batch,
     hidden,
     near_limit,
     near_limit_after_growth,
@@ -74,7 +75,7 @@ def long_unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "evaluation_interval": dur(LONG_STEP),
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden,
-                                   weekly_pattern)],
+                                   weekly_pattern, growing_batch)],
     }
 
 

@@ -80,6 +80,7 @@ VLLM_ANSWERED_LATELY = "headroom:vllm_answered_lately:bool"
 TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
 # The floor memory group (evaluated every Config.floor_memory_interval_s).
 HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
+HIGHEST_ENVELOPE = "headroom:memory_peak_envelope:highest"
 # Compatibility: the alert owner of earlier releases is the binding cgroup.
 OWNER = BINDING
 
@@ -112,7 +113,8 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "(short: only while the figure still makes new highs beyond half the quiet "
     "hours' swing); "
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
-    "smaller), from hourly minima and maxima",
+    "smaller), from hourly minima and maxima, or of the peaks alone where they rose two "
+    "days running above every peak of the week before (HIGHEST_ENVELOPE)",
     TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
     "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
     "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
@@ -246,6 +248,9 @@ FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     HIGHEST_FLOOR: "the highest floor (UNRECLAIMABLE_BASELINE) recorded over the floor "
     "memory before the last envelope window: a weekly pattern's weekday floor comes back "
     "to it (no lasting growth), a leak's floor rises above it",
+    HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "
+    "floor memory before the last envelope window: peaks that rise two days running "
+    "are lasting growth only above it (a weekly pattern's weekday peaks come back to it)",
 }
 RECORDING_RULE_HELP: dict[str, str] = {**FAST_RECORDING_RULE_HELP,
                                        **LASTING_RECORDING_RULE_HELP,

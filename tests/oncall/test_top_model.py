@@ -424,6 +424,40 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
                                                                            rel=0.01)
 
 
+def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() -> None:
+    """The lasting horizon's peaks-only rise: the rules' promtool test ``growing_batch``
+    read by the mirror. A batch from 02:00 (15 minutes up, 25 at its peak) over a flat
+    16 GiB floor, 2 GiB higher each night: 2 GiB a day of lasting growth, and two hours
+    before the fifth batch the daily pattern binds within two hours; the fourth
+    batch's climb is the pattern (no medium horizon counts). The same batch at one level
+    every night, or a single higher night, is no growth."""
+    w, day, limit, floor = fc.Windows.of(), 86400.0, 29 * GiB, 16 * GiB
+
+    def batch(peaks: Callable[[int], float]) -> list[tuple[float, float]]:
+        def at(t: float) -> float:
+            k, s = int(t // day), t % day - 2 * 3600
+            up = min(1.0, max(0.0, (s + 300) / 1200)) if s < 2400 else 0.0
+            return floor + (peaks(k) - floor) * up
+        return [(i * 300.0, at(i * 300.0)) for i in range(int(4.5 * day / 300))]
+
+    growing = batch(lambda k: (22 + 2 * k) * GiB)
+
+    def forecast(pts: list[tuple[float, float]], now: float) -> fc.Forecast:
+        f = fc.local_forecast(fc.History("ns", "p", "vllm", limit,
+                                         [p for p in pts if p[0] <= now]), now)
+        assert f is not None
+        return f
+
+    before = forecast(growing, 4 * day + 30 * 60)
+    assert before.growth["lasting"] == pytest.approx(2 * GiB / day, rel=0.01)
+    assert before.horizon == "lasting" and before.time_to_limit == 7200
+    fourth = forecast(growing, 3 * day + 2 * 3600 + 35 * 60)
+    assert "medium" in fourth.growth and fourth.horizon == "lasting", fourth
+    assert "lasting" not in forecast(batch(lambda k: 26 * GiB), 4 * day).growth
+    once = batch(lambda k: (28 if k == 3 else 22) * GiB)
+    assert "lasting" not in forecast(once, 4 * day).growth
+
+
 def test_a_young_pod_has_a_lasting_horizon_once_it_lived_part_of_the_day_before() -> None:
     """A pod 1.5 days old: the floor's rise over the part of the day before it lived past
     its warm-up, scaled to a day. A leak reads its rate; a daily swing, a model loading

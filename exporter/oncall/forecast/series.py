@@ -166,36 +166,59 @@ def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | No
     return best
 
 
+def floor_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """UNRECLAIMABLE_BASELINE_RISE: the floor's rise over the envelope window, from the
+    higher of the floor a window ago and the week's highest floor where the peaks still
+    reach it (HIGHEST_FLOOR: a weekly pattern's weekday floor comes back to last
+    week's); over the part of the earlier window lived, scaled to a window."""
+    if not points:
+        return None
+    covered = _covered(points, now, w)
+    if covered < w.min_cover:
+        return None
+    fa, fb = floor(points, now, w), floor(points, now, w, 1)
+    ea = envelope(points, now, w)
+    hf = highest_floor(points, now, w)
+    if fb is not None and hf is not None and ea is not None and fb < hf <= ea:
+        fb = hf
+    return None if fa is None or fb is None else (fa - fb) * w.baseline / covered
+
+
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
     """The days-scale rise: the floor and the envelope of the peaks must both rise day
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
     moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
-    kill, or a warm-up, moves only one."""
-    # The part of the earlier window past the series' warm-up (FLOOR_COVER: from the first
-    # hourly minimum, an hour past it): a window at most, ``min_cover`` at least.
-    if not points:
+    kill, or a warm-up, moves only one. Or the peaks alone rose two days running above
+    every peak before them: a nightly batch that grows."""
+    if not points or _covered(points, now, w) < w.min_cover:
         return None
-    covered = min(w.baseline, now - w.baseline - (points[0][0] + w.warm_up + w.hour))
-    if covered < w.min_cover:
-        return None
-    fa, fb = floor(points, now, w), floor(points, now, w, 1)
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
-    # From the week's highest floor where the peaks still reach it (HIGHEST_FLOOR): a
-    # weekly pattern's weekday floor comes back to last week's.
-    hf = highest_floor(points, now, w)
-    if fb is not None and hf is not None and ea is not None and fb < hf <= ea:
-        fb = hf
-    # The floor's rise over the part of the earlier window lived, scaled to a window;
-    # the envelope's spans a window either way (the peaks sit at the windows' ends).
-    rises = [(a - b) * scale for a, b, scale in
-             ((fa, fb, w.baseline / covered), (ea, eb, 1.0))
-             if a is not None and b is not None]
-    if not rises:
+    # The envelope's rise spans a window either way (the peaks sit at the windows' ends).
+    rises = [r for r in (floor_rise(points, now, w),
+                         None if ea is None or eb is None else ea - eb) if r is not None]
+    minimum = min_rise(w, limit)
+    if rises and min(rises) > minimum:
+        return min(rises) / w.baseline
+    # Or the peaks alone, a window running and the window before, above every peak of
+    # the floor memory before (HIGHEST_ENVELOPE): a batch or a swing that grows.
+    ec = envelope(points, now, w, 2)
+    if ea is None or eb is None or ec is None or _covered(points, now - w.baseline, w) \
+            < w.min_cover or min(ea - eb, eb - ec) <= minimum:
         return None
-    rise = min(rises)
-    if rise <= max(w.min_rise_bytes, w.min_rise_ratio * limit):
-        return None
-    return rise / w.baseline
+    week = highest(points, now - w.floor_memory - w.baseline - 2 * w.hour,
+                   now - w.baseline - w.hour)
+    return None if week is not None and week >= ea else min(ea - eb, eb - ec) / w.baseline
+
+
+def min_rise(w: Windows, limit: float) -> float:
+    """The least rise per window that is growth, not noise."""
+    return max(w.min_rise_bytes, w.min_rise_ratio * limit)
+
+
+def _covered(points: Sequence[Point], now: float, w: Windows) -> float:
+    """FLOOR_COVER: the part of the earlier window past the series' warm-up (from the
+    first hourly minimum, an hour past it), a window at most."""
+    return min(w.baseline, now - w.baseline - (points[0][0] + w.warm_up + w.hour))
 
 
 def quantile(phi: float, values: Sequence[float]) -> float:
