@@ -339,9 +339,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
         # peaks did not) is no lasting growth. Or the peaks alone rose, a window running
         # and the window before (the smaller rise), above every peak of the floor memory
-        # before: what kills a batch or a swing that grows while its floor stays is its
-        # peaks. One high day (a burst) rises once; a weekly pattern's weekday peaks come
-        # back to last week's (HIGHEST_ENVELOPE).
+        # before by more than noise too: what kills a batch or a swing that grows while
+        # its floor stays is its peaks. One high day (a burst) rises once; a weekly
+        # pattern's weekday peaks come back to last week's (HIGHEST_ENVELOPE).
         (q.GROWTH + "\tlasting", expr(
             """
             (
@@ -360,7 +360,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                   > on ${g}
                     ${minimum}
                   unless on ${g}
-                    last_over_time(${highest}[${hold}]) >= on ${g} ${envelope}
+                    last_over_time(${highest}[${hold}]) + on ${g} ${minimum}
+                  >= on ${g}
+                    ${envelope}
                 )
             )
             / ${bw_s}

@@ -431,7 +431,7 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     before the fifth batch the daily pattern binds within two hours; the fourth
     batch's climb is the pattern (no medium horizon counts). The same batch at one level
     every night, or a single higher night, is no growth."""
-    w, day, limit, floor = fc.Windows.of(), 86400.0, 29 * GiB, 16 * GiB
+    day, limit, floor = 86400.0, 29 * GiB, 16 * GiB
 
     def batch(peaks: Callable[[int], float]) -> list[tuple[float, float]]:
         def at(t: float) -> float:
