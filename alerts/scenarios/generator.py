@@ -55,6 +55,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "accelerating": killed.accelerating,
     "pod-level-limit": killed.pod_level_limit,
     "saturating-kill": killed.saturating_kill,
+    "growing-batch": killed.growing_batch,
     "step-up": healthy.step_up,
     "saturating": healthy.saturating,
 }
@@ -84,6 +85,7 @@ PROPERTIES: dict[str, str] = {
     "accelerating": "a-leak-that-speeds-up-pages-ahead",
     "pod-level-limit": "the-pod-level-cgroup-binds-and-pages",
     "saturating-kill": "a-cache-filling-past-its-limit-pages-from-the-noise-band",
+    "growing-batch": "a-nightly-batch-that-grows-pages-before-the-night-it-crosses",
     "step-up": "no-page-on-a-reload-step",
     "saturating": "no-page-on-a-cache-filling-to-its-cap",
 }

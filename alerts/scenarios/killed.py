@@ -480,6 +480,36 @@ def saturating_kill(rng: random.Random) -> Draw:
                                               "days": kill / DAY})
 
 
+def growing_batch(rng: random.Random) -> Draw:
+    """A nightly batch (15-25 % of the limit, up in 4-8 minutes, held 20-40) over a
+    steady floor, 3-6 % of the limit higher each night, until one night's crosses the
+    limit half-way up its climb. The floor never rises: the peaks' own rise two nights
+    running is the lasting growth, it tickets a night ahead, and the daily pattern pages
+    the hours before the batch that crosses (its climb is minutes: no trend times it);
+    the batch before, a night's growth below the limit, pages not."""
+    step, pod = _step(rng, (30, 60, 120)), "growbatch-0"
+    limit = rng.uniform(24, 48) * GiB
+    noise = Noise(rng.randrange(10**6), 0.002 * limit)
+    add, grow = rng.uniform(0.15, 0.25), rng.uniform(0.03, 0.06)
+    up, hold = rng.uniform(4, 8) * MINUTE, rng.uniform(20, 40) * MINUTE
+    at = rng.uniform(0, 22) * HOUR
+    nights = rng.randrange(3, 6)
+    floor = 1.0 - add - grow * nights + grow * 0.5  # the last night crosses half-way up
+
+    def u(t: int) -> float:
+        batch = ramp((t - at) % DAY, 0, up) - ramp((t - at) % DAY, up + hold,
+                                                   up + hold + 3 * MINUTE)
+        return limit * (floor + (add + grow * max(0, (t - at) // DAY)) * batch) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 8 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("growing-batch", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=SLOW_PAGE_MAX_LEAD_S, ticket_min=12 * HOUR)
+    return Draw("growing-batch", 0, case, {"step": step, "grow": grow,
+                                            "nights": nights, "days": kill / DAY})
+
+
 def pod_level_limit(rng: random.Random) -> Draw:
     """Pod-level resources: only the pod sets a limit (each container's effective limit
     is the pod's). vLLM leaks to the pod's kill over 3-12 hours beside a flat proxy of
