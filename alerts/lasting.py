@@ -227,6 +227,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         """,
         top_process=indent(top_process, 2), g=gb, top_kind=top_kind,
         process_kinds=process_kinds)
+    # The envelope's smaller rise of the window just past and the one before it.
+    env_before = (f"last_over_time({q.PEAK_ENVELOPE_RISE}[{duration(config.lasting_hold_s)}]"
+                  f" offset {bw})")
+    peaks_rise = (f"({q.PEAK_ENVELOPE_RISE} < on {gb} {env_before} or on {gb} {env_before}"
+                  f" <= on {gb} {q.PEAK_ENVELOPE_RISE})")
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -339,9 +344,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
         # peaks did not) is no lasting growth. Or the peaks alone rose, a window running
         # and the window before (the smaller rise), above every peak of the floor memory
-        # before by more than noise too: what kills a batch or a swing that grows while
-        # its floor stays is its peaks. One high day (a burst) rises once; a weekly
-        # pattern's weekday peaks come back to last week's (HIGHEST_ENVELOPE).
+        # before by half that rise: what kills a batch or a swing that grows while its
+        # floor stays is its peaks. One high day (a burst) rises once; a weekly pattern's
+        # weekday peaks come back to last week's (HIGHEST_ENVELOPE), within its noise
+        # of them, after rising a weekend's drop.
         (q.GROWTH + "\tlasting", expr(
             """
             (
@@ -352,15 +358,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 )
               or on ${g}
                 (
-                    (
-                        ${env} < on ${g} ${env_before}
-                      or on ${g}
-                        ${env_before} <= on ${g} ${env}
-                    )
+                    ${peaks_rise}
                   > on ${g}
                     ${minimum}
                   unless on ${g}
-                    last_over_time(${highest}[${hold}]) + on ${g} ${minimum}
+                    last_over_time(${highest}[${hold}]) + on ${g} ${peaks_rise} / 2
                   >= on ${g}
                     ${envelope}
                 )
@@ -370,8 +372,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
             minimum=f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
                     f"{config.min_baseline_rise_bytes})",
-            env_before=f"last_over_time({q.PEAK_ENVELOPE_RISE}"
-                       f"[{duration(config.lasting_hold_s)}] offset {bw})",
+            peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
             hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s),
             bw_s=bw_s)),

@@ -114,8 +114,8 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "hours' swing); "
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
     "smaller), from hourly minima and maxima, or of the peaks alone where they rose two "
-    "days running above every peak of the week before (HIGHEST_ENVELOPE), each by more "
-    "than the minimum",
+    "days running (each by more than the minimum) and above every peak of the week "
+    "before (HIGHEST_ENVELOPE) by half that rise",
     TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
     "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
     "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "

@@ -200,17 +200,16 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     if rises and min(rises) > minimum:
         return min(rises) / w.baseline
     # Or the peaks alone, a window running and the window before, above every peak of
-    # the floor memory before (HIGHEST_ENVELOPE) by more than noise too: a batch or a
-    # swing that grows.
+    # the floor memory before (HIGHEST_ENVELOPE) by half that rise: a batch or a swing
+    # that grows, not a weekly pattern's return to its weekday peaks.
     ec = envelope(points, now, w, 2)
     if ea is None or eb is None or ec is None or _covered(points, now - w.baseline, w) \
             < w.min_cover or min(ea - eb, eb - ec) <= minimum:
         return None
     week = highest(points, now - w.floor_memory - w.baseline - 2 * w.hour,
                    now - w.baseline - w.hour)
-    if week is not None and week + minimum >= ea:
-        return None
-    return min(ea - eb, eb - ec) / w.baseline
+    rise = min(ea - eb, eb - ec)
+    return None if week is not None and week + rise / 2 >= ea else rise / w.baseline
 
 
 def min_rise(w: Windows, limit: float) -> float:
