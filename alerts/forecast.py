@@ -19,6 +19,12 @@ def pattern_windows_s(config: Config) -> tuple[int, ...]:
     return tuple(k * config.hourly_window_s for k in (1, 2, 3, 6))
 
 
+def min_rise(config: Config) -> str:
+    """The least rise per envelope window that is growth, not noise, per cgroup."""
+    return (f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
+            f"{config.min_baseline_rise_bytes})")
+
+
 def _pattern_ttl(config: Config) -> str:
     """Seconds until the limit by the daily pattern: the first window ahead whose
     pattern peak reaches the limit in force now (its length: an upper bound). Every
@@ -82,8 +88,7 @@ def _climb_beyond_pattern(config: Config) -> str:
         u=q.UNRECLAIMABLE, g=g, env=env, bw=config.baseline_window_s, rate=rate,
         beyond=config.fill_beyond_trend_s, ttl=q.TIME_TO_LIMIT_BY_HORIZON,
         floor_rise=q.UNRECLAIMABLE_BASELINE_RISE, hold=hold,
-        minimum=f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
-                f"{config.min_baseline_rise_bytes})",
+        minimum=min_rise(config),
         known=f"last_over_time({q.PATTERN_KNOWN}[{hold}])",
         above=f"last_over_time({q.ABOVE_PATTERN}[{hold}])",
         unknown=config.fill_unknown_pattern_ratio, limit=q.LIMIT)

@@ -14,7 +14,7 @@ from exporter import promql as q
 from exporter.promql import Config, by, duration, expr, one_of, selector, series
 
 from .build import Rule, counted, exported, held, indent, recording_rules, spans
-from .forecast import pattern_windows_s
+from .forecast import min_rise, pattern_windows_s
 
 # The kinds whose growth a process accounts for: what grows there has a process to name.
 PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
@@ -370,8 +370,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             / ${bw_s}
             """,
             floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
-            minimum=f"clamp_min({config.min_baseline_rise_ratio} * {q.LIMIT}, "
-                    f"{config.min_baseline_rise_bytes})",
+            minimum=min_rise(config),
             peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
             hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s),
@@ -464,8 +463,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
 
 def floor_memory_recording_rules(config: Config) -> list[Rule]:
     """Evaluated every ``floor_memory_interval_s``: the highest floor and envelope of the
-    floor memory before the last envelope window (a week of the lasting group's floors, read once an
-    hour: a sixth of a day's window per lasting round would cost more than the group)."""
+    floor memory before the last envelope window (a week of the lasting group's figures,
+    read once an hour: a sixth of a day's window per lasting round would cost more than
+    the group)."""
     back = config.floor_memory_s - config.baseline_window_s
     return recording_rules([
         (q.HIGHEST_FLOOR, f"max_over_time({q.UNRECLAIMABLE_BASELINE}[{duration(back)}]"

@@ -128,10 +128,10 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         above = peaks + margin
         # By less than a day of the trend only where the floor rises too (a leak): the
         # peaks of a batch that grows while its floor stays rise a day of it each day.
-        floor_rose = (r := floor_rise(points, now, w)) is not None and r > min_rise(w, limit)
         beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend
-            and out.get("lasting", math.inf) < w.baseline and floor_rose) or (
+            and out.get("lasting", math.inf) < w.baseline
+            and (r := floor_rise(points, now, w)) is not None and r > min_rise(w, limit)) or (
             now_value > above and above_pattern(points, now, w, limit, lasting_rate))
     for h in ("short", "medium"):
         r = rates.get(h)

@@ -204,12 +204,14 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     # that grows, not a weekly pattern's return to its weekday peaks.
     ec = envelope(points, now, w, 2)
     if ea is None or eb is None or ec is None or _covered(points, now - w.baseline, w) \
-            < w.min_cover or min(ea - eb, eb - ec) <= minimum:
+            < w.min_cover:
         return None
+    rise = min(ea - eb, eb - ec)
     week = highest(points, now - w.floor_memory - w.baseline - 2 * w.hour,
                    now - w.baseline - w.hour)
-    rise = min(ea - eb, eb - ec)
-    return None if week is not None and week + rise / 2 >= ea else rise / w.baseline
+    if rise <= minimum or (week is not None and week + rise / 2 >= ea):
+        return None
+    return rise / w.baseline
 
 
 def min_rise(w: Windows, limit: float) -> float:
