@@ -103,30 +103,37 @@ def fast_recording_rules(config: Config) -> list[Rule]:
     kv = (*g, "model_name", "engine")
     hold_lasting = duration(config.lasting_hold_s)
 
-    def growth(slope: str, sustain_s: int, window_s: int, climbing: bool = False) -> str:
-        # The slowest slope over the sustain window, once the series spans both; for the
-        # short horizon only while the figure still makes new highs beyond its noise.
-        text = expr(
+    def beyond_noise(share: float) -> str:
+        # A share of the quiet hours' swing; nothing before an hour's noise is known.
+        return expr("on ${g} (${share} * last_over_time(${quiet}[${hold}]) or on ${g} ${u} * 0)",
+                    g=gb, share=share, quiet=q.QUIET_SWING, hold=hold_lasting,
+                    u=q.UNRECLAIMABLE)
+
+    # Each horizon counts only while the figure still makes new highs beyond its noise:
+    # the short one, now against the minutes before its lag; the medium one, the last
+    # window's highest against the window before's.
+    climbing_short = expr(
+        "${u} > max_over_time(${u}[${w}] offset ${lag}) + ${noise}",
+        u=q.UNRECLAIMABLE, w=duration(config.short_window_s),
+        lag=duration(config.climbing_lag_s), noise=beyond_noise(config.climbing_noise_share))
+    climbing_medium = expr(
+        "max_over_time(${u}[${w}]) > max_over_time(${u}[${w}] offset ${w}) + ${noise}",
+        u=q.UNRECLAIMABLE, w=duration(config.medium_climbing_window_s),
+        noise=beyond_noise(config.medium_climbing_noise_share))
+
+    def growth(slope: str, sustain_s: int, window_s: int, climbing: str) -> str:
+        # The slowest slope over the sustain window, once the series spans both.
+        return expr(
             """
             min_over_time(${slope}[${s}]) > 0
               and
             ${spans}
+              and
+            ${climbing}
             """,
             slope=slope, s=duration(sustain_s),
-            spans=spans(q.UNRECLAIMABLE, window_s + sustain_s, 5 * 60),
+            spans=spans(q.UNRECLAIMABLE, window_s + sustain_s, 5 * 60), climbing=climbing,
         )
-        if not climbing:
-            return text
-        return expr(
-            """
-            ${text}
-              and
-            ${u} > max_over_time(${u}[${w}] offset ${lag})
-              + on ${g} (${share} * last_over_time(${quiet}[${hold}]) or on ${g} ${u} * 0)
-            """,
-            text=text, u=q.UNRECLAIMABLE, w=duration(config.short_window_s),
-            lag=duration(config.climbing_lag_s), g=gb, share=config.climbing_noise_share,
-            quiet=q.QUIET_SWING, hold=hold_lasting)
 
     tol = expr("clamp_min(${r} * ${limit}{container=\"\"}, ${b})",
                r=config.owner_tolerance_ratio, limit=q.LIMIT, b=config.owner_tolerance_bytes)
@@ -175,9 +182,9 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         (q.SLOPE_SHORT, f"deriv({q.UNRECLAIMABLE}[{duration(config.short_window_s)}])"),
         (q.SLOPE_MEDIUM, f"deriv({q.UNRECLAIMABLE}[{duration(config.medium_window_s)}])"),
         (q.GROWTH + "\tshort", growth(q.SLOPE_SHORT, config.short_sustain_s,
-                                      config.short_window_s, climbing=True)),
+                                      config.short_window_s, climbing_short)),
         (q.GROWTH + "\tmedium", growth(q.SLOPE_MEDIUM, config.medium_sustain_s,
-                                       config.medium_window_s)),
+                                       config.medium_window_s, climbing_medium)),
         # Per horizon, from the limit in force now: short and medium from the recent
         # peak; lasting the sooner of the envelope of the peaks (or the recent peak
         # above it) at the lasting rate and the daily pattern.

@@ -346,6 +346,44 @@ def filling_up_to_the_band(cfg: Config) -> Test:
     }
 
 
+def climb_that_stops(cfg: Config) -> Test:
+    """A pod flat at 20 GiB of a 32 GiB limit for two hours climbs 10 GiB in 15 minutes
+    and holds there, 2 GiB short of the limit, its figure swinging 64 MiB from sample to
+    sample. The climb pages while it heads for the limit (the short horizon); once it
+    stopped, no horizon holds the page: the slowest half-hour slope reads the finished
+    ramp for half an hour after it, but the plateau makes no new high above the quarter
+    hour before."""
+    limit, level, top = 32 * GiB, 20 * GiB, 30 * GiB
+    flat, ramp, held = 120, 15, 90
+    n = flat + ramp + held
+    noise = 32 * MiB
+
+    def at(i: int) -> float:
+        climbed = level + (top - level) * min(1.0, max(0, i - flat) / ramp)
+        return climbed + (noise if i % 2 else -noise) * (i > flat + ramp)
+
+    inputs = [series("up", f"1x{n}"),
+              series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n}", **workload()),
+              series(c.MEMORY_UNRECLAIMABLE_BYTES.name,
+                     " ".join(str(whole(at(i))) for i in range(n + 1)), **workload())]
+    medium = f'count({q.GROWTH}{{horizon="medium"}})'
+    return {
+        "name": "HeadroomMemoryFillingUp critical: the page of a climb that stopped short "
+                "of the limit clears, and no horizon holds it",
+        "interval": "1m",
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": PAGE_FIRING % "p", "eval_time": f"{flat + ramp}m", "exp_samples": [{
+                "labels": alert_labels("HeadroomMemoryFillingUp", "critical", "vllm"),
+                "value": 1}]},
+            *({"expr": PAGE_FIRING % "p", "eval_time": f"{m}m", "exp_samples": []}
+              for m in range(flat + ramp + 20, n, 5)),
+            *({"expr": medium, "eval_time": f"{m}m", "exp_samples": []}
+              for m in range(flat + ramp + 15, n, 5)),
+        ],
+    }
+
+
 def reclaim(cfg: Config) -> Test:
     limit = 32 * GiB
     on = 30

@@ -23,6 +23,7 @@ from exporter.promql import CONFIG as DEFAULT
 from exporter.promql import Config
 
 from .promtool_memory import (
+    climb_that_stops,
     filling_up_critical,
     filling_up_noise_band,
     filling_up_to_the_band,
@@ -61,7 +62,7 @@ def unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (
             near_limit, near_limit_flat, near_limit_after_growth, filling_up_critical,
-            filling_up_to_the_band,
+            filling_up_to_the_band, climb_that_stops,
             reclaim, shm, kv_offload, oom, stale_shm, node_pressure, meta,
         )],
     }

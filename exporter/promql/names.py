@@ -110,8 +110,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     SLOPE_MEDIUM: "deriv of unreclaimable over the medium window (bytes/s)",
     GROWTH: "growth estimate per horizon (bytes/s, present only while > 0): short and "
     "medium = the slowest slope over their sustain window once the series spans it "
-    "(short: only while the figure still makes new highs beyond half the quiet "
-    "hours' swing); "
+    "while the figure still makes new highs (short: now above the minutes before by "
+    "half the quiet hours' swing; medium: the last 15 min's highest above the 15 min "
+    "before's by an eighth of it); "
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
     "smaller), from hourly minima and maxima, or of the peaks alone where they rose two "
     "days running (each by more than the minimum) and above every peak of the week "

@@ -80,6 +80,14 @@ class Config:
     # Medium horizon: the same over hours.
     medium_window_s: int = 30 * MINUTE
     medium_sustain_s: int = 30 * MINUTE
+    # ...and only while the climb goes on: the highest figure of the last
+    # medium_climbing_window_s above the highest of the window before by this share of
+    # the quiet hours' swing. The slowest 30-minute slope still reads a finished ramp for
+    # half an hour after it stops (a nightly batch that climbed to 98 % of the limit and
+    # held paged a day early); highest against highest, so a plateau's noise cancels and
+    # a noisy climb still counts.
+    medium_climbing_window_s: int = 15 * MINUTE
+    medium_climbing_noise_share: float = 0.125
     # Lasting horizon: from hourly minima and maxima (recorded by a group evaluated every
     # lasting_interval_s), the rise per envelope window of the floor and of the envelope
     # of the peaks. Never a day of raw samples per evaluation.

@@ -429,7 +429,8 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     read by the mirror. A batch from 02:00 (15 minutes up, 25 at its peak) over a flat
     16 GiB floor, 2 GiB higher each night: 2 GiB a day of lasting growth, and two hours
     before the fifth batch the daily pattern binds within two hours; the fourth
-    batch's climb is the pattern (no medium horizon counts). The same batch at one level
+    batch's climb is the pattern (the medium horizon does not bind), and its plateau no
+    climb at all. The same batch at one level
     every night, or a single higher night, is no growth."""
     day, limit, floor = 86400.0, 29 * GiB, 16 * GiB
 
@@ -451,8 +452,12 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     before = forecast(growing, 4 * day + 30 * 60)
     assert before.growth["lasting"] == pytest.approx(2 * GiB / day, rel=0.01)
     assert before.horizon == "lasting" and before.time_to_limit == 7200
-    fourth = forecast(growing, 3 * day + 2 * 3600 + 35 * 60)
+    # The fourth batch's last new high (its ramp ended at 02:15): the medium horizon
+    # reads it, and the lasting one still binds. On its plateau no medium counts.
+    fourth = forecast(growing, 3 * day + 2 * 3600 + 29 * 60)
     assert "medium" in fourth.growth and fourth.horizon == "lasting", fourth
+    held = forecast(growing, 3 * day + 2 * 3600 + 35 * 60)
+    assert "medium" not in held.growth and held.horizon == "lasting", held
     assert "lasting" not in forecast(batch(lambda k: 26 * GiB), 4 * day).growth
     once = batch(lambda k: (28 if k == 3 else 22) * GiB)
     assert "lasting" not in forecast(once, 4 * day).growth

@@ -44,7 +44,8 @@ from exporter.promql import (
 # are evaluated every minute (the lasting group every 5 min); the mirror at the moment
 # asked. tests/test_one_answer.py compares the two on the same series (promtool
 # evaluates the real rules), so a rule that changes without its mirror fails there.
-#   GROWTH{short,medium}      growth_sustained: min_over_time(deriv(u[w])[sustain]) > 0
+#   GROWTH{short,medium}      growth: min_over_time(deriv(u[w])[sustain]) > 0 while
+#                             climbing (short) or climbing_medium (new highs)
 #   GROWTH{lasting}           lasting: the smaller of the floor's and the envelope's
 #                             rise per envelope window, above the rules' minimum
 #   PEAK_ENVELOPE             envelope: the highest figure over the window before the

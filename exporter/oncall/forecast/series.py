@@ -41,6 +41,9 @@ class Windows:
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
     # The short horizon's new highs count beyond this share of the quiet hours' swing.
     climbing_noise_share: float = 0.5
+    # The medium horizon's: the last window's highest above the window before's.
+    medium_climbing: float = 15 * 60.0
+    medium_climbing_noise_share: float = 0.125
     # A young workload's lasting horizon: its first minutes are no floor, and the part
     # of the earlier window it lived must be this long.
     warm_up: float = 45 * 60.0
@@ -60,6 +63,8 @@ class Windows:
                    release_window=config.release_window_s,
                    floor_memory=config.floor_memory_s,
                    climbing_noise_share=config.climbing_noise_share,
+                   medium_climbing=config.medium_climbing_window_s,
+                   medium_climbing_noise_share=config.medium_climbing_noise_share,
                    warm_up=config.warm_up_s, min_cover=config.lasting_min_cover_s)
 
     @property
@@ -287,14 +292,28 @@ def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
     return points[-1][1] > before + w.climbing_noise_share * quiet_swing(points, now, w)
 
 
+def climbing_medium(points: Sequence[Point], now: float, w: Windows) -> bool:
+    """The medium horizon's guard: the highest figure of the last window above the
+    highest of the window before by a share of the quiet hours' swing (the slowest
+    half-hour slope reads a finished ramp for half an hour after it stops)."""
+    last = highest(points, now - w.medium_climbing, now)
+    before = highest(points, now - 2 * w.medium_climbing, now - w.medium_climbing)
+    if last is None or before is None or last <= before:
+        return False
+    # Read only where the figure made a new high: the swing costs a day of hours.
+    return last > before + w.medium_climbing_noise_share * quiet_swing(points, now, w)
+
+
 def growth(points: Sequence[Point], now: float, w: Windows, limit: float
            ) -> dict[str, float]:
     short = sustained(points, now, w.short, w.short_sustain, w.step)
+    medium = sustained(points, now, w.medium, w.medium_sustain, w.step)
     out = {
         # The guard after the slope: it may read a day of noise, the slope rarely holds.
         "short": short if short is not None and short > 0 and climbing(points, now, w)
         else None,
-        "medium": sustained(points, now, w.medium, w.medium_sustain, w.step),
+        "medium": medium if medium is not None and medium > 0
+        and climbing_medium(points, now, w) else None,
         "lasting": lasting(points, now, w, limit),
     }
     return {h: r for h, r in out.items() if r is not None and r > 0}
