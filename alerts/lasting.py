@@ -115,6 +115,26 @@ def breakdown_rules(config: Config) -> list[tuple[str, str]]:
     ]
 
 
+def _per_kind(config: Config, of: Any) -> str:
+    """A growth per kind, ``of`` applied to each series it reads: anon, shmem and kernel
+    (socket buffers folded in) as MEMORY_KIND records them; the pod's memory-backed
+    tmpfs as "dev_shm"; memory no process accounts for as "hidden". A file in /dev/shm
+    no process maps grows shmem, dev_shm and hidden at one rate: dev_shm, the name that
+    says where to look, is lifted by 0.1 ppm to win topk's tie
+    (``exporter.oncall.forecast.GROWER_KINDS`` orders the mirror the same way)."""
+    return expr(
+        """
+            ${kinds}
+        or
+            label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "${dev_shm_kind}", "", "")
+        or
+            label_replace(${hidden}, "kind", "${hidden_kind}", "", "")
+        """,
+        kinds=of(q.MEMORY_KIND + selector(one_of("kind", *RECORDED_KINDS))),
+        g=by(*config.group_labels), tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN),
+        dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
+
+
 def lasting_recording_rules(config: Config) -> list[Rule]:
     """Evaluated every ``lasting_interval_s``: hourly minima and maxima, and from them the
     floor, the envelope of the peaks, their rise per window (the lasting horizon) and
@@ -165,6 +185,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # binds the pod (the only pods the day-over-day growth is recorded for), over the
     # last hour otherwise.
     lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
+    floor_memory_hold = duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)
     def kg(*kinds: str) -> str:
         sel = selector(one_of("kind", *kinds)) if kinds else ""
         return f"({q.KIND_LASTING_GROWTH}{sel} or {q.KIND_GROWTH}{sel})"
@@ -195,24 +216,6 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                     s=selector, hw=hw, binds=lasting_binds, p=period,
                     p_s=config.pattern_period_s)
 
-    def per_kind(of: Any) -> str:
-        # anon, shmem and kernel (socket buffers folded in) as MEMORY_KIND records them;
-        # the pod's memory-backed tmpfs as "dev_shm"; memory no process accounts for as
-        # "hidden". A file in /dev/shm no process maps grows shmem, dev_shm and hidden
-        # at one rate: dev_shm, the name that says where to look, is lifted by 0.1 ppm
-        # to win topk's tie (``exporter.oncall.forecast.GROWER_KINDS`` orders the mirror
-        # the same way).
-        return expr(
-            """
-                ${kinds}
-            or
-                label_replace(sum by ${g} (${tmpfs}) * 1.0000001, "kind", "${dev_shm_kind}", "", "")
-            or
-                label_replace(${hidden}, "kind", "${hidden_kind}", "", "")
-            """,
-            kinds=of(q.MEMORY_KIND + selector(one_of("kind", *RECORDED_KINDS))), g=gb,
-            tmpfs=of(q.TMPFS_USED), hidden=of(q.HIDDEN),
-            dev_shm_kind=q.KIND_DEV_SHM, hidden_kind=q.KIND_HIDDEN)
     # The process that grows most, unless what grows most is no process's memory (files
     # in /dev/shm no process maps, kernel memory, hidden charges): a constant vector of
     # the process kinds filters the top kind (reading their growth again would cost a
@@ -421,10 +424,19 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         # Recorded once a round: NearLimit read a day of GREW each minute.
         (q.GREW_LATELY, f"max_over_time({q.GREW}[{bw}])"),
-        (q.KIND_GROWTH, per_kind(lambda sel: f"deriv({sel}[{hw}])")),
+        (q.KIND_GROWTH, _per_kind(config, lambda sel: f"deriv({sel}[{hw}])")),
         (q.PROCESS_GROWTH, f"deriv({q.PROCESS_MEMORY}[{hw}])"),
-        (q.KIND_LASTING_GROWTH, per_kind(day_over_day)),
-        (q.PROCESS_LASTING_GROWTH, day_over_day(q.PROCESS_MEMORY)),
+        # Where the pod's floor does not rise, what grows is in its peaks (the hourly
+        # group's day over day of each series' highest figure): held, as that group
+        # records it once an hour.
+        (q.KIND_LASTING_GROWTH, expr(
+            "last_over_time(${peaks}[${hold}]) and ${binds}\nor\n${hours}",
+            peaks=q.KIND_PEAK_GROWTH, hold=floor_memory_hold, binds=lasting_binds,
+            hours=_per_kind(config, day_over_day))),
+        (q.PROCESS_LASTING_GROWTH, expr(
+            "last_over_time(${peaks}[${hold}]) and ${binds}\nor\n${hours}",
+            peaks=q.PROCESS_PEAK_GROWTH, hold=floor_memory_hold, binds=lasting_binds,
+            hours=day_over_day(q.PROCESS_MEMORY))),
         # A process is named when the kind that grows most is a process's (anon, shmem)
         # or no kind is reported (then it is anon's); else the kind alone (/dev/shm
         # files, kernel memory). Each growth is read twice at most: it is the costliest
@@ -467,9 +479,31 @@ def floor_memory_recording_rules(config: Config) -> list[Rule]:
     read once an hour: a sixth of a day's window per lasting round would cost more than
     the group)."""
     back = config.floor_memory_s - config.baseline_window_s
+    gb = by(*config.group_labels)
+    bw = duration(config.baseline_window_s)
+    # The pods the lasting horizon binds where no cgroup's floor rises: growth in the
+    # peaks alone (a batch that grows over a flat floor).
+    peaks_only = expr(
+        """
+        ${ttl}{horizon="lasting"}
+          unless on ${pod} (last_over_time(${floor}[${hold}]) > on ${g} ${minimum})
+        """,
+        ttl=q.TIME_TO_LIMIT, pod=by(*config.pod_labels), floor=q.UNRECLAIMABLE_BASELINE_RISE,
+        hold=duration(config.lasting_hold_s), g=gb, minimum=min_rise(config))
+
+    def peak_rise(selector: str) -> str:
+        # The window's highest figure minus the window before's, per second: read once
+        # an hour, and the subtraction only for the pods it is recorded for.
+        return expr("((max_over_time(${s}[${bw}]) and on ${pod} (${peaks_only}))"
+                    " - max_over_time(${s}[${bw}] offset ${bw})) / ${bw_s}",
+                    s=selector, bw=bw, pod=by(*config.pod_labels), peaks_only=peaks_only,
+                    bw_s=config.baseline_window_s)
+
     return recording_rules([
         (q.HIGHEST_FLOOR, f"max_over_time({q.UNRECLAIMABLE_BASELINE}[{duration(back)}]"
-                          f" offset {duration(config.baseline_window_s)})"),
+                          f" offset {bw})"),
         (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
-                             f" offset {duration(config.baseline_window_s)})"),
+                             f" offset {bw})"),
+        (q.KIND_PEAK_GROWTH, _per_kind(config, peak_rise)),
+        (q.PROCESS_PEAK_GROWTH, peak_rise(q.PROCESS_MEMORY)),
     ], q.FLOOR_MEMORY_RECORDING_RULE_HELP)

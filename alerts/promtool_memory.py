@@ -499,17 +499,25 @@ def growing_batch(cfg: Config) -> Test:
     end = nights * DAY + 2 * HOUR  # the fifth batch would cross: the data stops before it
     n = end // LONG_STEP + 1
 
-    def figure(peak: Callable[[int], float]) -> str:
-        # Each batch ramps up over 15 minutes (a climb the medium horizon reads).
-        runs = [run for k in range(nights) for run in (
+    def figure(peak: Callable[[int], float], less: float = 0.0) -> str:
+        # Each batch ramps up over 15 minutes (a climb the medium horizon reads); less
+        # is what the cgroup holds outside the series (a process's share).
+        runs = [(v - less, m) for k in range(nights) for v, m in (
             (floor, start), *((floor + (peak(k) - floor) * i / 4, 1) for i in (1, 2, 3)),
             (peak(k), length - 3), (floor, per_day - start - length))]
-        return steps(*runs, (floor, n - nights * per_day))
+        return steps(*runs, (floor - less, n - nights * per_day))
 
     inputs = [series("up", f"1x{n - 1}")]
     for pod, peak in (("g", lambda k: (22 + 2 * k) * GiB), ("c", lambda k: 26 * GiB)):
         inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n - 1}", **workload(pod)),
-                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure(peak), **workload(pod))]
+                   series(c.MEMORY_UNRECLAIMABLE_BYTES.name, figure(peak), **workload(pod)),
+                   # The batch is EngineCore's anon memory; the API server's is flat.
+                   series(c.PROCESS_MEMORY_BYTES.name, figure(peak, 6 * GiB),
+                          **workload(pod), process="EngineCore", kind=c.RSS_ANON),
+                   series(c.PROCESS_MEMORY_BYTES.name, f"{2 * GiB}x{n - 1}", **workload(pod),
+                          process="APIServer", kind=c.RSS_ANON),
+                   series(c.MEMORY_BYTES.name, figure(peak, 4 * GiB),
+                          **workload(pod), kind=c.KIND_ANON)]
     lasting = f'count by (pod) ({q.GROWTH}{{horizon="lasting"}})'
     alerts = ('count by (pod, severity) (ALERTS{alertstate="firing", '
               'alertname="HeadroomMemoryFillingUp"})')
@@ -536,5 +544,12 @@ def growing_batch(cfg: Config) -> Test:
             {"expr": alerts, "eval_time": dur(pattern + cfg.fill_critical_for_s + LONG_STEP),
              "exp_samples": [{"labels": '{pod="g", severity="critical"}', "value": 1},
                              {"labels": '{pod="g", severity="warning"}', "value": 1}]},
+            # What grows is in the peaks: EngineCore's anon memory, 2 GiB a day (the hour
+            # before the batch is the flat floor on both days).
+            {"expr": f"count by (kind, process) ({q.TOP_GROWER}{{pod=\"g\"}}"
+                     f" > {per_second(1.9 * GiB)} < {per_second(2.1 * GiB)})",
+             "eval_time": dur(pattern + cfg.fill_critical_for_s + LONG_STEP),
+             "exp_samples": [{"labels": f'{{kind="{c.KIND_ANON}", process="EngineCore"}}',
+                              "value": 1}]},
         ],
     }

@@ -81,6 +81,8 @@ TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
 # The floor memory group (evaluated every Config.floor_memory_interval_s).
 HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 HIGHEST_ENVELOPE = "headroom:memory_peak_envelope:highest"
+KIND_PEAK_GROWTH = "headroom:memory_kind_peak_growth:rate"  # per workload and kind
+PROCESS_PEAK_GROWTH = "headroom:process_memory_peak_growth:rate"
 # Compatibility: the alert owner of earlier releases is the binding cgroup.
 OWNER = BINDING
 
@@ -229,8 +231,10 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PROCESS_GROWTH: "deriv of each process's memory over the last hour (bytes/s)",
     KIND_LASTING_GROWTH: "each kind's day-over-day rise (the last hour's mean minus the "
     "same hour's one period ago, per second): a daily swing, read at the same phase, "
-    "does not rise. Recorded only where the lasting horizon binds the pod: the top "
-    "grower reads it nowhere else",
+    "does not rise. Where the pod's floor does not rise, its peaks' (KIND_PEAK_GROWTH): "
+    "a batch that grows over a flat floor grows in its peaks, not in the hour before "
+    "it. Recorded only where the lasting horizon binds the pod: the top grower reads it "
+    "nowhere else",
     PROCESS_LASTING_GROWTH: "each process's day-over-day rise, as KIND_LASTING_GROWTH",
     TOP_GROWER: "per binding cgroup: the kind whose growth explains most of its growth "
     "and, when that kind is a process's (anon, shmem), the process that grows most; "
@@ -253,6 +257,11 @@ FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "
     "floor memory before the last envelope window: peaks that rise two days running "
     "are lasting growth only above it (a weekly pattern's weekday peaks come back to it)",
+    KIND_PEAK_GROWTH: "each kind's highest figure over the envelope window minus its "
+    "highest over the window before, per second: what grows in the peaks. Recorded "
+    "only where the lasting horizon binds the pod and no cgroup of it has a floor that "
+    "rises (a batch that grows over a flat floor), for KIND_LASTING_GROWTH",
+    PROCESS_PEAK_GROWTH: "each process's rise of its peaks, as KIND_PEAK_GROWTH",
 }
 RECORDING_RULE_HELP: dict[str, str] = {**FAST_RECORDING_RULE_HELP,
                                        **LASTING_RECORDING_RULE_HELP,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.catalog import KIND_ANON
 from exporter.oncall import forecast as fc
 from exporter.oncall.top import (
     COLUMNS,
@@ -452,6 +453,18 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     before = forecast(growing, 4 * day + 30 * 60)
     assert before.growth["lasting"] == pytest.approx(2 * GiB / day, rel=0.01)
     assert before.horizon == "lasting" and before.time_to_limit == 7200
+    # What grows is in the peaks (the hour before the batch is the flat floor on both
+    # days): EngineCore's anon memory, 2 GiB a day, not the API server's.
+    now = 4 * day + 30 * 60
+    seen = [p for p in growing if p[0] <= now]
+    named = fc.local_forecast(fc.History(
+        "ns", "p", "vllm", limit, seen,
+        kinds={KIND_ANON: [(t, v - 4 * GiB) for t, v in seen]},
+        processes={"EngineCore": [(t, v - 6 * GiB) for t, v in seen],
+                   "APIServer": [(t, 2.0 * GiB) for t, _ in seen]}), now)
+    assert named is not None and named.grower is not None
+    assert (named.grower.kind, named.grower.process) == (KIND_ANON, "EngineCore")
+    assert named.grower.rate == pytest.approx(2 * GiB / day, rel=0.01)
     # The fourth batch's last new high (its ramp ended at 02:15): the medium horizon
     # reads it, and the lasting one still binds. On its plateau no medium counts.
     fourth = forecast(growing, 3 * day + 2 * 3600 + 29 * 60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import KIND_ANON, KIND_KERNEL, KIND_SHMEM, KIND_SOCK
@@ -178,16 +178,32 @@ def day_over_day(points: Sequence[Point], now: float, w: Windows) -> float | Non
     return None if a is None or b is None else (a - b) / w.pattern_period
 
 
+def peaks_day_over_day(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """KIND_PEAK_GROWTH, PROCESS_PEAK_GROWTH: the highest figure over the envelope window
+    minus the highest over the window before, per second (the rules read it once an
+    hour; this reads it now)."""
+    a = highest(points, now - w.baseline, now)
+    b = highest(points, now - 2 * w.baseline, now - w.baseline)
+    return None if a is None or b is None else (a - b) / w.baseline
+
+
 def _hour_slope(points: Sequence[Point], now: float, w: Windows) -> float | None:
     return slope(points, now - w.hour, now)
 
 
+def _rate_of(lasting: bool, peaks: bool) -> Callable[[Sequence[Point], float, Windows],
+                                                    float | None]:
+    if not lasting:
+        return _hour_slope
+    return peaks_day_over_day if peaks else day_over_day
+
+
 def kind_growth(kinds: Mapping[str, Sequence[Point]], now: float, w: Windows,
-                lasting: bool = False) -> dict[str, float]:
+                lasting: bool = False, peaks: bool = False) -> dict[str, float]:
     """KIND_GROWTH (KIND_LASTING_GROWTH with ``lasting``): deriv over the last hour (the
-    day-over-day rise) of anon and shmem, of kernel + sock summed (as "kernel"), of the
-    pod's /dev/shm ("dev_shm") and of the hidden memory."""
-    rate = day_over_day if lasting else _hour_slope
+    day-over-day rise; of the peaks with ``peaks``) of anon and shmem, of kernel + sock
+    summed (as "kernel"), of the pod's /dev/shm ("dev_shm") and of the hidden memory."""
+    rate = _rate_of(lasting, peaks)
     out: dict[str, float] = {}
     for kind, parts in ((KIND_ANON, (KIND_ANON,)), (KIND_SHMEM, (KIND_SHMEM,)),
                         (KIND_KERNEL, (KIND_KERNEL, KIND_SOCK)),
@@ -200,10 +216,11 @@ def kind_growth(kinds: Mapping[str, Sequence[Point]], now: float, w: Windows,
 
 
 def process_growth(processes: Mapping[str, Sequence[Point]], now: float, w: Windows,
-                   lasting: bool = False) -> dict[str, float]:
+                   lasting: bool = False, peaks: bool = False) -> dict[str, float]:
     """PROCESS_GROWTH (PROCESS_LASTING_GROWTH with ``lasting``): deriv over the last hour
-    (the day-over-day rise) of each process's anon + mapped shmem."""
-    rate = day_over_day if lasting else _hour_slope
+    (the day-over-day rise; of the peaks with ``peaks``) of each process's anon + mapped
+    shmem."""
+    rate = _rate_of(lasting, peaks)
     return {n: r for n, pts in processes.items() if (r := rate(pts, now, w)) is not None}
 
 
@@ -302,8 +319,14 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     # TOP_GROWER reads the growth of the horizon that binds: day over day for lasting
     # (over what either rule records: KIND_LASTING_GROWTH and KIND_GROWTH).
     if horizon == "lasting":
-        grower = top_grower({**kinds, **kind_growth(all_kinds, now, w, lasting=True)},
-                            {**procs, **process_growth(h.processes, now, w, lasting=True)})
+        # Where the floor does not rise, what grows is in the peaks (KIND_PEAK_GROWTH;
+        # the rules ask it of every cgroup of the pod, this of the one it reads).
+        rise = floor_rise(h.unreclaimable, now, w)
+        peaks_only = rise is None or rise <= min_rise(w, h.limit)
+        grower = top_grower(
+            {**kinds, **kind_growth(all_kinds, now, w, lasting=True, peaks=peaks_only)},
+            {**procs, **process_growth(h.processes, now, w, lasting=True,
+                                       peaks=peaks_only)})
     else:
         grower = top_grower(kinds, procs)
     swings = peak_headroom_swings(h.unreclaimable, now, w, h.limit)
