@@ -63,7 +63,9 @@ def costliest(prom: str, n: int = 10) -> list[dict[str, object]]:
     return sorted(rules, key=lambda r: -float(str(r["s"])))[:n]
 
 
-LASTING_ROUND_MINUTES = CONFIG.lasting_interval_s / 60
+# Minutes between rounds of the groups not evaluated every minute.
+ROUND_MINUTES = {"headroom.lasting": CONFIG.lasting_interval_s / 60,
+                 "headroom.floor_memory": CONFIG.floor_memory_interval_s / 60}
 
 
 def isolated(prom: str, runs: int = 2) -> dict[str, float]:
@@ -132,10 +134,9 @@ def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, obje
         "rule_set_duration_s": round(sum(groups.values()), 3),
         "costliest_rules": top,
         "isolated_round_s": alone,
-        # Per minute: the 1-minute groups' rounds plus the lasting group's share.
+        # Per minute: the 1-minute groups' rounds plus the slower groups' shares.
         "isolated_per_minute_s": round(sum(
-            s / (LASTING_ROUND_MINUTES if g == "headroom.lasting" else 1)
-            for g, s in alone.items()), 2),
+            s / ROUND_MINUTES.get(g, 1) for g, s in alone.items()), 2),
         "recorded_series": recorded, "series": series,
     }
 

@@ -28,9 +28,12 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 # first night's 8-minute batch to 91 % of the limit, whose plateau noise kept the short
 # forecast alive into the page's fifth minute (a new high now counts beyond the noise); a
 # leak doubling every 15 h that paged 17 minutes ahead (the lasting rate, a day's
-# average, held its climb within the pattern: ABOVE_PATTERN now reads it beyond).
+# average, held its climb within the pattern: ABOVE_PATTERN now reads it beyond); a
+# growing nightly batch with two nights behind it whose batch held at 98 % of the limit
+# paged a day before the night that crossed (the medium horizon read the finished ramp
+# for half an hour: it now needs new highs).
 REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
-               ("nightly-plateau", 28, 1), ("accelerating", 8, 2)]
+               ("nightly-plateau", 28, 1), ("accelerating", 8, 2), ("growing-batch", 12, 0)]
 DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS
 
