@@ -145,6 +145,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     hw = duration(config.hourly_window_s)
     bw = duration(config.baseline_window_s)
     bw_s = config.baseline_window_s
+    # What the hourly floor memory group records, held between its rounds.
+    floor_memory_hold = duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)
     # The hidden floor's "spans both windows": the series was there 45 minutes before the
     # earlier window's first hourly figure began, so that figure is past a young pod's
     # warm-up (its loading minutes are no floor to rise from). HOURLY_MAX is there from
@@ -185,7 +187,6 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # binds the pod (the only pods the day-over-day growth is recorded for), over the
     # last hour otherwise.
     lasting_binds = f'on {pod} {q.TIME_TO_LIMIT}{{horizon="lasting"}}'
-    floor_memory_hold = duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)
     def kg(*kinds: str) -> str:
         sel = selector(one_of("kind", *kinds)) if kinds else ""
         return f"({q.KIND_LASTING_GROWTH}{sel} or {q.KIND_GROWTH}{sel})"
@@ -276,7 +277,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE, expr(
             "(last_over_time(${hf}[${hold}]) <= on ${g} ${env}"
             " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,
-            hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s), g=gb,
+            hold=floor_memory_hold, g=gb,
             env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
             memory=duration(config.floor_memory_s)),
             # From a young workload's part of the earlier window (``covered``): the
@@ -376,7 +377,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             minimum=min_rise(config),
             peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
-            hold=duration(2 * config.floor_memory_interval_s + config.lasting_hold_s),
+            hold=floor_memory_hold,
             bw_s=bw_s)),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted by a period of lasting growth.
