@@ -431,8 +431,8 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     16 GiB floor, 2 GiB higher each night: 2 GiB a day of lasting growth, and two hours
     before the fifth batch the daily pattern binds within two hours; the fourth
     batch's climb is the pattern (the medium horizon does not bind), and its plateau no
-    climb at all. The same batch at one level
-    every night, or a single higher night, is no growth."""
+    climb at all. The same batch at one level every night, or a single higher night, is
+    no growth."""
     day, limit, floor = 86400.0, 29 * GiB, 16 * GiB
 
     def batch(peaks: Callable[[int], float]) -> list[tuple[float, float]]:

@@ -279,6 +279,16 @@ def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
     return rise > margin and rise > margin + quiet_swing(points, now, w)
 
 
+def _new_high(last: float | None, before: float | None, share: float,
+              points: Sequence[Point], now: float, w: Windows) -> bool:
+    """``last > before + share * QUIET_SWING``: the horizons' guard (the rules'
+    ``beyond_noise``)."""
+    if last is None or before is None or last <= before:
+        return False
+    # Read only where the figure made a new high: the swing costs a day of hours.
+    return last > before + share * quiet_swing(points, now, w)
+
+
 def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
     """The short horizon's guard: the figure now above every one from the climbing lag
     to the lag plus the short window ago by more than a share of the quiet hours'
@@ -286,10 +296,7 @@ def climbing(points: Sequence[Point], now: float, w: Windows) -> bool:
     if not points:
         return False
     before = highest(points, now - w.climbing_lag - w.short, now - w.climbing_lag)
-    if before is None or points[-1][1] <= before:
-        return False
-    # Read only where the figure made a new high: the swing costs a day of hours.
-    return points[-1][1] > before + w.climbing_noise_share * quiet_swing(points, now, w)
+    return _new_high(points[-1][1], before, w.climbing_noise_share, points, now, w)
 
 
 def climbing_medium(points: Sequence[Point], now: float, w: Windows) -> bool:
@@ -298,10 +305,7 @@ def climbing_medium(points: Sequence[Point], now: float, w: Windows) -> bool:
     half-hour slope reads a finished ramp for half an hour after it stops)."""
     last = highest(points, now - w.medium_climbing, now)
     before = highest(points, now - 2 * w.medium_climbing, now - w.medium_climbing)
-    if last is None or before is None or last <= before:
-        return False
-    # Read only where the figure made a new high: the swing costs a day of hours.
-    return last > before + w.medium_climbing_noise_share * quiet_swing(points, now, w)
+    return _new_high(last, before, w.medium_climbing_noise_share, points, now, w)
 
 
 def growth(points: Sequence[Point], now: float, w: Windows, limit: float
