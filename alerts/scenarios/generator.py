@@ -58,6 +58,9 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "growing-batch": killed.growing_batch,
     "step-up": healthy.step_up,
     "saturating": healthy.saturating,
+    "bursty-leak": killed.bursty_leak,
+    "bursty-healthy": healthy.bursty_healthy,
+    "raised-then-leak": killed.raised_then_leak,
 }
 
 
@@ -88,6 +91,9 @@ PROPERTIES: dict[str, str] = {
     "growing-batch": "a-nightly-batch-that-grows-pages-before-the-night-it-crosses",
     "step-up": "no-page-on-a-reload-step",
     "saturating": "no-page-on-a-cache-filling-to-its-cap",
+    "bursty-leak": "a-burst-on-a-leak-kills-paged-ahead",
+    "bursty-healthy": "silent-on-bursts-of-traffic",
+    "raised-then-leak": "a-raise-buys-days-then-one-page-before-the-kill",
 }
 
 

@@ -11,7 +11,7 @@ from exporter.promql import DAY, HOUR, MINUTE
 
 from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step, _tickets
 from .recording import NS, Recorder, steady
-from .shapes import Noise, _tooth, diurnal, ramp
+from .shapes import Bursts, Noise, _tooth, diurnal, ramp
 
 
 def limit_raised(rng: random.Random) -> Draw:
@@ -216,3 +216,22 @@ def saturating(rng: random.Random) -> Draw:
     return Draw("saturating", 0, case,
                 {"step": step, "cap": cap / limit, "tau_h": tau / HOUR})
 
+
+
+def bursty_healthy(rng: random.Random) -> Draw:
+    """A flat 55-70 % of the limit under bursts of traffic (0.5-3 an hour, up to 10-20 %
+    of the limit, 1-6 minutes each) for three days: silent (a burst is no trend)."""
+    step, pod = _step(rng, (30, 60, 120)), "bursty-ok-0"
+    limit = rng.uniform(24, 48) * GiB
+    level = rng.uniform(0.55, 0.7) * limit
+    size = rng.uniform(0.1, 0.2) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    burst = Bursts(rng, rng.uniform(0.5, 3), 4 * DAY, size, MINUTE, 6 * MINUTE)
+
+    def u(t: int) -> float:
+        return level + burst(t) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("bursty-healthy", 0, _healthy("bursty-healthy", step, 3 * DAY, rec),
+                {"step": step, "level": level / limit, "burst": size / limit})

@@ -32,7 +32,7 @@ from .draws import (
     noise_timed,
 )
 from .recording import FILL, NS, Recorder, Scrape, cgroup, process, rollouts, steady, with_gaps
-from .shapes import Noise, _tooth, diurnal, first_at_or_above, ramp
+from .shapes import Bursts, Noise, _tooth, diurnal, first_at_or_above, ramp
 
 
 def limit_cut(rng: random.Random) -> Draw:
@@ -543,3 +543,61 @@ def pod_level_limit(rng: random.Random) -> Draw:
                    page_max=min(SLOW_PAGE_MAX_LEAD_S, int(max(2 * HOUR, length / 2))))
     case = dataclasses.replace(case, allow=case.allow | _pod_alerts(pod, ("vllm", "proxy")))
     return Draw("pod-level-limit", 0, case, {"step": step, "ramp_h": length / HOUR})
+
+
+def bursty_leak(rng: random.Random) -> Draw:
+    """A leak to the kill over 1.5-4 days under bursts of traffic (0.5-3 an hour, up to
+    2-8 % of the limit, 1-6 minutes each): a burst on top of the leak is what crosses.
+    A page ahead of it, and not more than 4 h before a full burst on the leak could
+    first reach the noise band of the limit (which burst kills is chance)."""
+    step, pod = _step(rng, (30, 60, 120)), "bursty-0"
+    limit = rng.uniform(24, 48) * GiB
+    days = rng.uniform(1.5, 4)
+    size = rng.uniform(0.02, 0.08) * limit
+    per_hour = rng.uniform(0.5, 3)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    base = rng.uniform(0.4, 0.6) * limit
+    rate = (limit - base) / (days * DAY)
+    burst = Bursts(rng, per_hour, 6 * DAY, size, MINUTE, 6 * MINUTE)
+
+    def u(t: int) -> float:
+        return base + rate * t + burst(t) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("bursty-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S,
+                                        lambda t: base + rate * t + size, lambda t: limit,
+                                        noise.sigma, kill, step))
+    return Draw("bursty-leak", 0, case, {"step": step, "days": kill / DAY,
+                                          "burst": size / limit, "per_hour": per_hour})
+
+
+def raised_then_leak(rng: random.Random) -> Draw:
+    """A leak of 8-20 % of the limit a day reaches 95 % after 1.5-2.5 days, when the
+    limit is raised in place by 25-60 % (VPA ``InPlaceOrRecreate``); the leak goes on to
+    the new limit's kill days later: one page ahead of that kill, within its lead window
+    (none in the days the raise bought)."""
+    step, pod = _step(rng, (30, 60, 120)), "raised-leak-0"
+    limit = rng.uniform(16, 32) * GiB
+    rate = rng.uniform(0.08, 0.2) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    raise_at = int(rng.uniform(1.5, 2.5) * DAY)
+    factor = rng.uniform(1.25, 1.6)
+    base = 0.95 * limit - rate * raise_at
+
+    def lim(t: int) -> float:
+        return limit * factor if t >= raise_at else limit
+
+    def u(t: int) -> float:
+        return base + rate * t + noise(t)
+
+    kill = first_at_or_above(u, lim, range(raise_at, raise_at + 10 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lim, u)
+    case = _killed("raised-then-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lim, noise.sigma, kill,
+                                        step))
+    return Draw("raised-then-leak", 0, case, {"step": step, "factor": factor,
+                                               "after_d": (kill - raise_at) / DAY})

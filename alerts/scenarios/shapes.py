@@ -1,9 +1,10 @@
 """Shapes of memory over time for the cases and the drawn classes: a ramp, a diurnal swing,
-seeded noise, a sawtooth's tooth, and the first sample at which a shape reaches its
-limit."""
+seeded noise, a sawtooth's tooth, bursts of traffic, and the first sample at which a
+shape reaches its limit."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 
@@ -53,3 +54,24 @@ def _tooth(t: float, period: float, rise: float) -> float:
     """0 at each release, 1 at the top: a linear fill over ``rise`` of the period,
     then flat until the release."""
     return min(1.0, (t % period) / (rise * period))
+
+
+class Bursts:
+    """Traffic bursts at random times (a Poisson process of ``per_hour``), each lasting
+    ``lo``-``hi`` seconds at 0.5-1 of ``size``: 0 between them."""
+
+    def __init__(self, rng: random.Random, per_hour: float, span: int, size: float,
+                 lo: float, hi: float) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.heights: list[float] = []
+        t = 0.0
+        while t < span:
+            t += rng.expovariate(per_hour / HOUR)
+            self.starts.append(t)
+            self.ends.append(t + rng.uniform(lo, hi))
+            self.heights.append(rng.uniform(0.5, 1.0) * size)
+
+    def __call__(self, t: int) -> float:
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.heights[i] if i >= 0 and t < self.ends[i] else 0.0
