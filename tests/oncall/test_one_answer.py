@@ -626,8 +626,7 @@ def test_without_the_recording_rules_explain_computes_the_same_forecast_itself(
             got = [await prom.query_range(q, stack.at - span, stack.at, x.RANGE_STEP)
                    for q in qs.values()]
         hist = x.histories(ev, dict(zip(qs, got, strict=True)))
-        return fc.tightest(fc.mark_binding(
-            f for h in hist if (f := fc.local_forecast(h, stack.at)) is not None))
+        return fc.tightest(fc.pod_forecasts(hist, stack.at))
 
     swings = 0
     for sc in SCENARIOS:

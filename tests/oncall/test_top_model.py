@@ -465,6 +465,23 @@ def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() 
     assert named is not None and named.grower is not None
     assert (named.grower.kind, named.grower.process) == (KIND_ANON, "EngineCore")
     assert named.grower.rate == pytest.approx(2 * GiB / day, rel=0.01)
+    # The rules ask "no floor rises" of every cgroup of the pod: where the pod-level
+    # cgroup's floor rises (a charge of its own, 1 GiB a day, under a looser limit), the
+    # container, which still binds, reads the day-over-day means (the flat hour before
+    # the batch), not its peaks.
+    container = fc.History("ns", "p", "vllm", limit, seen,
+                           kinds={KIND_ANON: [(t, v - 4 * GiB) for t, v in seen]},
+                           processes={"EngineCore": [(t, v - 6 * GiB) for t, v in seen]})
+    pod = fc.History("ns", "p", "", 48 * GiB, [(t, v + GiB * t / day) for t, v in seen])
+    alone = fc.pod_forecasts([container], now)[0]
+    assert alone.grower is not None and alone.grower.rate == pytest.approx(2 * GiB / day,
+                                                                          rel=0.01)
+    both = {f.container: f for f in fc.pod_forecasts([container, pod], now)}
+    assert both["vllm"].binding and not both[""].binding
+    assert both["vllm"].horizon == "lasting"
+    peaks_rate = 2 * GiB / day
+    assert both["vllm"].grower is None or both["vllm"].grower.rate < 0.1 * peaks_rate, (
+        both["vllm"].grower)
     # The fourth batch's last new high (its ramp ended at 02:15): the medium horizon
     # reads it, and the lasting one still binds. On its plateau no medium counts.
     fourth = forecast(growing, 3 * day + 2 * 3600 + 29 * 60)

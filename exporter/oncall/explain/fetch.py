@@ -73,11 +73,8 @@ async def fetch(prom: PromClient, namespace: str, pod: str, extra: str, at: floa
     answers = await asyncio.gather(*(prom.query_range(q, at - span, at, RANGE_STEP)
                                      for q in ranges.values()))
     hist = histories(ev, dict(zip(ranges, answers, strict=True)))
-    if recorded:
-        forecasts = tuple(recorded.values())
-    else:  # no recording rules: the same definition over the raw series (said so)
-        forecasts = tuple(fc.mark_binding(
-            f for h in hist if (f := fc.local_forecast(h, at, w)) is not None))
+    # Without recording rules: the same definition over the raw series (said so).
+    forecasts = tuple(recorded.values()) if recorded else tuple(fc.pod_forecasts(hist, at, w))
     kill_series = await prom.query_range(
         f"max by (container, process) ({c.OOM_KILLS_TOTAL.name}{selector(namespace, pod, extra)})",
         at - DAY_S, at, KILL_STEP)

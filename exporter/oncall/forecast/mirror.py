@@ -296,10 +296,22 @@ def hidden(h: History) -> Sequence[Point]:
     return tuple((t, max(0.0, u - held[t])) for t, u in h.unreclaimable if t in held)
 
 
-def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast | None:
+def floor_rises(h: History, now: float, w: Windows) -> bool:
+    """UNRECLAIMABLE_BASELINE_RISE above the rules' minimum: the cgroup's floor rises (a
+    leak), so what grows is not in its peaks alone."""
+    if not h.unreclaimable or h.limit <= 0:
+        return False
+    rise = floor_rise(h.unreclaimable, now, w)
+    return rise is not None and rise > min_rise(w, h.limit)
+
+
+def local_forecast(h: History, now: float, w: Windows | None = None,
+                   pod_floor_rises: bool = False) -> Forecast | None:
     """The recorded series' rules, in their order, over points read locally (see the
     comment above the mirror). BINDING (and with it TOP_GROWER's restriction to the
-    binding cgroup) needs the pod's other cgroups: :func:`mark_binding`."""
+    binding cgroup) needs the pod's other cgroups: :func:`mark_binding`; so does the
+    peaks-only growth (``pod_floor_rises``: another cgroup of the pod has a rising
+    floor): :func:`pod_forecasts` passes both."""
     w = w or Windows.of()
     if not h.unreclaimable or h.limit <= 0:
         return None
@@ -319,10 +331,9 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     # TOP_GROWER reads the growth of the horizon that binds: day over day for lasting
     # (over what either rule records: KIND_LASTING_GROWTH and KIND_GROWTH).
     if horizon == "lasting":
-        # Where the floor does not rise, what grows is in the peaks (KIND_PEAK_GROWTH;
-        # the rules ask it of every cgroup of the pod, this of the one it reads).
-        rise = floor_rise(h.unreclaimable, now, w)
-        peaks_only = rise is None or rise <= min_rise(w, h.limit)
+        # Where no floor of the pod rises, what grows is in the peaks (KIND_PEAK_GROWTH
+        # asks it of every cgroup of the pod).
+        peaks_only = not pod_floor_rises and not floor_rises(h, now, w)
         grower = top_grower(
             {**kinds, **kind_growth(all_kinds, now, w, lasting=True, peaks=peaks_only)},
             {**procs, **process_growth(h.processes, now, w, lasting=True,
@@ -332,6 +343,18 @@ def local_forecast(h: History, now: float, w: Windows | None = None) -> Forecast
     swings = peak_headroom_swings(h.unreclaimable, now, w, h.limit)
     return Forecast(h.namespace, h.pod, h.container, h.limit, u, False, rates, peaks, ttl,
                     horizon, grower, LOCAL, kinds, procs, swings)
+
+
+def pod_forecasts(histories: Iterable[History], now: float, w: Windows | None = None
+                  ) -> list[Forecast]:
+    """:func:`local_forecast` of each cgroup read, with what the rules read across a
+    pod's cgroups: whether any floor of the pod rises, and which cgroup binds."""
+    w = w or Windows.of()
+    hs = list(histories)
+    rising = {(h.namespace, h.pod) for h in hs if floor_rises(h, now, w)}
+    return mark_binding(
+        f for h in hs
+        if (f := local_forecast(h, now, w, (h.namespace, h.pod) in rising)) is not None)
 
 
 def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:

@@ -99,7 +99,6 @@ def local_forecasts(pods: Mapping[Key, Pod], hist: Histories, now: float
                     ) -> dict[Key, list[fc.Forecast]]:
     out: dict[Key, list[fc.Forecast]] = {}
     for key, p in pods.items():
-        fs = [f for g in p.cgroups
-              if (f := fc.local_forecast(hist.history(p, g), now, hist.windows)) is not None]
-        out[key] = fc.mark_binding(fs)
+        out[key] = fc.pod_forecasts((hist.history(p, g) for g in p.cgroups), now,
+                                    hist.windows)
     return out
