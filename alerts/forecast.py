@@ -220,9 +220,14 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         # their own forecast (where the lasting horizon sees growth), and how close they
         # came to the limit in units of the memory's noise (wherever it has noise: a pod
         # whose peaks sit within it is killed by its next excursion, growing or not).
+        # The envelope's youngest peak is an hour old (it ends where the last hour's
+        # begins): the trend has carried the peaks' line on by an hour since, so its
+        # time to the limit is an hour shorter than from the figure. Peaks that rise with
+        # a leak (bursts, teeth) held a day-old figure's forecast still and never paged.
         (q.ENVELOPE_TIME_TO_LIMIT, expr(
-            "clamp_min(${limit} - ${env}, 0) / on ${g} ${rate}",
-            limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate)),
+            "clamp_min(clamp_min(${limit} - ${env}, 0) / on ${g} ${rate} - ${age}, 0)",
+            limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate,
+            age=number(config.hourly_window_s))),
         (q.PEAK_HEADROOM_SWINGS, expr(
             """
               clamp_min(${limit} - last_over_time(${level}[${hold}]), 0)

@@ -549,12 +549,8 @@ def bursty_leak(rng: random.Random) -> Draw:
     """A leak to the kill over 1.5-4 days under bursts of traffic (0.5-3 an hour, up to
     2-8 % of the limit, 1-6 minutes each): a burst on top of the leak is what crosses.
     A page ahead of it, and not more than 4 h before a full burst on the leak could
-    first reach the noise band of the limit (which burst kills is chance).
-
-    Not yet held on every draw: seed 10 (a 1.8-day leak, bursts of 7 %) is never paged.
-    Its bursts reach 97.5 % three hours before the kill; the lasting time to limit
-    reads 3.1 h, and the daily pattern (yesterday's same hours, where no burst fell)
-    calls the next hours clear, so the envelope's time to limit does not page."""
+    first reach the noise band of the limit (which burst kills is chance). What pages
+    is the envelope of the peaks: the highest burst so far, carried on by the leak."""
     step, pod = _step(rng, (30, 60, 120)), "bursty-0"
     limit = rng.uniform(24, 48) * GiB
     days = rng.uniform(1.5, 4)

@@ -132,8 +132,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "medium only where the climb goes beyond the pattern, lasting always; label horizon "
     "says which binds. The page reads this",
     ENVELOPE_TIME_TO_LIMIT: "seconds until the envelope of the peaks (before the last "
-    "hour) reaches the limit in force now at the lasting rate: the peaks' own forecast, "
-    "which a tooth climbing now does not move; present only with lasting growth",
+    "hour) reaches the limit in force now at the lasting rate, less the hour the trend "
+    "has carried its youngest peak on since: the peaks' own forecast, which a tooth "
+    "climbing now does not move; present only with lasting growth",
     PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
     "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), where the "
     "memory has noise: below half a swing the next excursion like the quietest "
