@@ -306,12 +306,13 @@ def floor_rises(h: History, now: float, w: Windows) -> bool:
 
 
 def local_forecast(h: History, now: float, w: Windows | None = None,
-                   pod_floor_rises: bool = False) -> Forecast | None:
+                   pod_floor_rises: Callable[[], bool] | None = None) -> Forecast | None:
     """The recorded series' rules, in their order, over points read locally (see the
     comment above the mirror). BINDING (and with it TOP_GROWER's restriction to the
     binding cgroup) needs the pod's other cgroups: :func:`mark_binding`; so does the
-    peaks-only growth (``pod_floor_rises``: another cgroup of the pod has a rising
-    floor): :func:`pod_forecasts` passes both."""
+    peaks-only growth (``pod_floor_rises``: whether any cgroup of the pod has a rising
+    floor, asked only where the lasting horizon binds; without it, this cgroup's):
+    :func:`pod_forecasts` passes both."""
     w = w or Windows.of()
     if not h.unreclaimable or h.limit <= 0:
         return None
@@ -333,7 +334,8 @@ def local_forecast(h: History, now: float, w: Windows | None = None,
     if horizon == "lasting":
         # Where no floor of the pod rises, what grows is in the peaks (KIND_PEAK_GROWTH
         # asks it of every cgroup of the pod).
-        peaks_only = not pod_floor_rises and not floor_rises(h, now, w)
+        peaks_only = not (pod_floor_rises() if pod_floor_rises is not None
+                          else floor_rises(h, now, w))
         grower = top_grower(
             {**kinds, **kind_growth(all_kinds, now, w, lasting=True, peaks=peaks_only)},
             {**procs, **process_growth(h.processes, now, w, lasting=True,
@@ -351,10 +353,20 @@ def pod_forecasts(histories: Iterable[History], now: float, w: Windows | None = 
     pod's cgroups: whether any floor of the pod rises, and which cgroup binds."""
     w = w or Windows.of()
     hs = list(histories)
-    rising = {(h.namespace, h.pod) for h in hs if floor_rises(h, now, w)}
-    return mark_binding(
-        f for h in hs
-        if (f := local_forecast(h, now, w, (h.namespace, h.pod) in rising)) is not None)
+    pods: dict[tuple[str, str], list[History]] = {}
+    for h in hs:
+        pods.setdefault((h.namespace, h.pod), []).append(h)
+    rises: dict[tuple[str, str], bool] = {}
+
+    def asker(pod: tuple[str, str]) -> Callable[[], bool]:
+        def ask() -> bool:  # once per pod, and only where a lasting horizon binds
+            if pod not in rises:
+                rises[pod] = any(floor_rises(o, now, w) for o in pods[pod])
+            return rises[pod]
+        return ask
+
+    return mark_binding(f for h in hs if (f := local_forecast(
+        h, now, w, asker((h.namespace, h.pod)))) is not None)
 
 
 def mark_binding(forecasts: Iterable[Forecast], config: Config = CONFIG) -> list[Forecast]:
