@@ -217,7 +217,6 @@ def saturating(rng: random.Random) -> Draw:
                 {"step": step, "cap": cap / limit, "tau_h": tau / HOUR})
 
 
-
 def bursty_healthy(rng: random.Random) -> Draw:
     """A flat 55-70 % of the limit under bursts of traffic (0.5-3 an hour, up to 10-20 %
     of the limit, 1-6 minutes each) for three days: silent (a burst is no trend)."""
