@@ -31,9 +31,19 @@ def _pattern_ceiling(config: Config) -> str:
     hold = duration(config.lasting_hold_s)
     envelope = q.PEAK_ENVELOPE
     margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
+    # A share of the teeth's height where that is more than the margin: the envelope
+    # over the floor, less the window's lasting trend (a leak's day is no tooth).
+    teeth = expr(
+        "(${share} * (${env} - on ${g} ${floor} - on ${g} ${bw} * ${trend} or ${env} - on ${g}"
+        " ${floor}) > on ${g} ${margin} or on ${g} ${margin})",
+        share=config.fill_beyond_teeth_share, env=envelope, g=g,
+        floor=q.UNRECLAIMABLE_BASELINE, margin=margin, bw=config.baseline_window_s,
+        trend=f'clamp_min(last_over_time({q.GROWTH}{{horizon="lasting"}}'
+              f'[{duration(config.lasting_hold_s)}]), 0)')
     # After a release a climb above the peaks is the next tooth while it stays within
-    # the margin plus the envelope's own rise over the release window (the teeth of a
-    # leaking sawtooth climb that much before the lasting trend exists). Without one,
+    # the larger of the margin and a share of the teeth's height (teeth vary), plus the
+    # envelope's own rise over the release window (the teeth of a leaking sawtooth
+    # climb that much before the lasting trend exists). Without one,
     # the margin counts against peaks that recur, not against a climb's own last hours:
     # where the envelope is no higher than the hour before the last one reached, it is
     # the climb itself (a steady leak, even a noisy one), and there is no margin.
@@ -43,9 +53,9 @@ def _pattern_ceiling(config: Config) -> str:
         + on ${g}
         (
             (
-                ${margin} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
+                ${teeth} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
               or on ${g}
-                ${margin}
+                ${teeth}
             )
             and on ${g} ${released}
           or on ${g}
@@ -55,7 +65,7 @@ def _pattern_ceiling(config: Config) -> str:
           or on ${g}
             ${limit} * 0
         )""",
-        env=envelope, g=g, margin=margin, released=q.RELEASED, hold=hold,
+        env=envelope, g=g, margin=margin, teeth=teeth, released=q.RELEASED, hold=hold,
         env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
                    f"offset {duration(config.release_window_s)})",
         hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)

@@ -83,7 +83,7 @@ cat .cache/tier-v2guest.log
 [[ $v2guest_rc == 0 ]] || { echo "the cgroup v2 tier failed ($v2guest_rc)"; exit 1; }
 
 echo "== alert scenarios replayed through promtool (days of series each; two at a time)"
-python3 -m pytest -q -p no:benchmark -n 2 -m "replay and not replay_long"
+python3 -m pytest -q -p no:benchmark -n 2 --dist loadgroup -m "replay and not replay_long"
 
 if [[ "${HEADROOM_SKIP_IMAGE:-}" != 1 ]]; then
     # The Dockerfile's image on a debootstrapped base (.cache/image/), run flag for flag as

@@ -61,6 +61,12 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "bursty-leak": killed.bursty_leak,
     "bursty-healthy": healthy.bursty_healthy,
     "raised-then-leak": killed.raised_then_leak,
+    "jittered-sawtooth": killed.jittered_sawtooth,
+    "jittered-sawtooth-healthy": healthy.jittered_sawtooth_healthy,
+    "late-leak": killed.late_leak,
+    "traffic-leak": killed.traffic_leak,
+    "reload-then-leak": killed.reload_then_leak,
+    "noisy-flat": healthy.noisy_flat,
 }
 
 
@@ -94,6 +100,12 @@ PROPERTIES: dict[str, str] = {
     "bursty-leak": "a-burst-on-a-leak-kills-paged-ahead",
     "bursty-healthy": "silent-on-bursts-of-traffic",
     "raised-then-leak": "a-raise-buys-days-then-one-page-before-the-kill",
+    "jittered-sawtooth": "one-page-when-irregular-peaks-are-about-to-cross",
+    "jittered-sawtooth-healthy": "silent-on-irregular-teeth-once-known",
+    "late-leak": "a-leak-out-of-days-of-pattern-pages-ahead",
+    "traffic-leak": "a-leak-that-grows-with-traffic-pages-ahead",
+    "reload-then-leak": "the-leak-after-a-reload-step-pages-ahead",
+    "noisy-flat": "silent-on-heavy-noise",
 }
 
 

@@ -11,7 +11,7 @@ from exporter.promql import DAY, HOUR, MINUTE
 
 from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step, _tickets
 from .recording import NS, Recorder, steady
-from .shapes import Bursts, Noise, _tooth, diurnal, ramp
+from .shapes import Bursts, Noise, Teeth, _tooth, diurnal, ramp
 
 
 def limit_raised(rng: random.Random) -> Draw:
@@ -60,6 +60,50 @@ def sawtooth_healthy(rng: random.Random) -> Draw:
     _single(rec, pod, lambda t: limit, u)
     return Draw("sawtooth-healthy", 0, _healthy("sawtooth-healthy", step, 3 * DAY, rec),
                 {"step": step, "period_h": period / HOUR, "peak": peak / limit})
+
+
+
+def jittered_sawtooth_healthy(rng: random.Random) -> Draw:
+    """The irregular cache (periods 0.6-1.4 of a 2-6 hour mean, teeth 0.7-1.3 of the mean
+    height) over a flat floor, its tallest possible tooth at 82-92 % of the limit, for
+    three days. Silent once the pattern is known; in its first day a tooth taller than
+    every earlier one climbs like a ramp, and one page there is defensible."""
+    step, pod = _step(rng, (60, 90, 120)), "jagged-ok-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    height = rng.uniform(0.15, 0.3) * limit
+    teeth = Teeth(rng, period, rng.uniform(0.5, 0.9), height, 4 * DAY)
+    floor = rng.uniform(0.82, 0.92) * limit - teeth.tallest
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return floor + teeth(t) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _healthy("jittered-sawtooth-healthy", step, 3 * DAY, rec,
+                    allow=_pod_alerts(pod), quiet_after_s=DAY)
+    return Draw("jittered-sawtooth-healthy", 0, case,
+                {"step": step, "period_h": period / HOUR, "height": height / limit,
+                 "top": (floor + teeth.tallest) / limit})
+
+
+
+def noisy_flat(rng: random.Random) -> Draw:
+    """A flat 55-75 % of the limit under heavy noise (a deviation of 0.5-1.5 % of the
+    limit each scrape) for three days: silent (noise is no trend)."""
+    step, pod = _step(rng, (20, 30, 60, 120)), "noisy-0"
+    limit = rng.uniform(24, 48) * GiB
+    level = rng.uniform(0.55, 0.75) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.005, 0.015) * limit)
+
+    def u(t: int) -> float:
+        return level + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("noisy-flat", 0, _healthy("noisy-flat", step, 3 * DAY, rec),
+                {"step": step, "level": level / limit, "sigma": noise.sigma / limit})
 
 
 def vllm_without_server(rng: random.Random) -> Draw:

@@ -32,7 +32,7 @@ from .draws import (
     noise_timed,
 )
 from .recording import FILL, NS, Recorder, Scrape, cgroup, process, rollouts, steady, with_gaps
-from .shapes import Bursts, Noise, _tooth, diurnal, first_at_or_above, ramp
+from .shapes import Bursts, Noise, Teeth, _tooth, diurnal, first_at_or_above, ramp
 
 
 def limit_cut(rng: random.Random) -> Draw:
@@ -89,6 +89,109 @@ def sawtooth(rng: random.Random) -> Draw:
                                         noise.sigma, kill, step))
     return Draw("sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
                                        "rise": rise, "days": days})
+
+
+
+def jittered_sawtooth(rng: random.Random) -> Draw:
+    """A cache flushed at irregular times (each period 0.6-1.4 of a 2-6 hour mean, each
+    tooth 0.7-1.3 of the mean height) over a floor that climbs to a kill in 2.5-3.5
+    days: one page when the peaks are about to cross, none for a tooth taller than the
+    day's but within what the pattern's teeth vary by. Which tooth kills is chance: the
+    page may come up to a mean period and two hours before the tallest tooth the
+    pattern can make could first reach the noise band of the limit."""
+    step, pod = _step(rng, (60, 90, 120)), "jagged-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(2, 6) * HOUR
+    height = rng.uniform(0.15, 0.3) * limit
+    teeth = Teeth(rng, period, rng.uniform(0.5, 0.9), height, 5 * DAY)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    days = rng.uniform(2.5, 3.5)
+    floor0 = rng.uniform(0.6, 0.7) * limit - height
+    climb = (limit - floor0 - height) / (days * DAY)  # of the floor, per second
+
+    def u(t: int) -> float:
+        return floor0 + climb * t + teeth(t) + noise(t)
+
+    kill = first_at_or_above(u, lambda t: limit, range(0, 5 * DAY, step))
+    rec = Recorder(range(0, kill + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _killed("jittered-sawtooth", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
+                   page_max=noise_timed(int(period + 2 * HOUR),
+                                        lambda t: floor0 + climb * t + teeth.tallest,
+                                        lambda t: limit, noise.sigma, kill, step))
+    return Draw("jittered-sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
+                                                "height": height / limit, "days": days})
+
+
+
+def late_leak(rng: random.Random) -> Draw:
+    """One and a half to three healthy days under a daily swing of 5-20 % of the limit,
+    then a leak of 15-40 % of the limit a day begins and runs to the kill: the days before are the
+    pattern the leak climbs out of. A page ahead of the kill, not hours early."""
+    step, pod = _step(rng, (30, 60, 120)), "late-leak-0"
+    limit = rng.uniform(24, 48) * GiB
+    amp = rng.uniform(0.05, 0.2) * limit
+    base = rng.uniform(0.4, 0.6) * limit
+    begins = rng.uniform(1.5, 3) * DAY
+    rate = rng.uniform(0.15, 0.4) * limit / DAY
+    peak_h = rng.uniform(0, 24)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return base + rate * max(0.0, t - begins) + diurnal(t, amp, peak_h) + noise(t)
+
+    case, kill = _noisy_kill("late-leak", step, pod, limit, u, noise.sigma, 12 * DAY)
+    return Draw("late-leak", 0, case, {"step": step, "begins_d": begins / DAY,
+                                        "pct_day": rate * DAY / limit * 100,
+                                        "days": kill / DAY})
+
+
+def traffic_leak(rng: random.Random) -> Draw:
+    """A leak that grows with traffic (a per-request leak): 10-30 % of the limit a day,
+    nearly all of it in the busy hours and little at night, over a swing of 3-10 % with
+    the same traffic, to the kill in 1.5-4 days. Its growth comes in daily steps the
+    lasting horizon averages: a page ahead of the kill, not hours early."""
+    step, pod = _step(rng, (30, 60, 120)), "traffic-leak-0"
+    limit = rng.uniform(24, 48) * GiB
+    swing = rng.uniform(0.03, 0.1) * limit
+    base = rng.uniform(0.35, 0.5) * limit
+    rate = rng.uniform(0.1, 0.3) * limit / DAY  # a day's average
+    peak_h = rng.uniform(0, 24)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+    phase = 2 * math.pi * peak_h / 24
+
+    def leaked(t: int) -> float:
+        # The integral of the traffic (0 at its trough, 1 at its peak, 0.5 on average).
+        turn = 2 * math.pi * t / DAY
+        return rate * (t + DAY / (2 * math.pi) * (math.sin(turn - phase) + math.sin(phase)))
+
+    def u(t: int) -> float:
+        return base + leaked(t) + diurnal(t, swing, peak_h) + noise(t)
+
+    case, kill = _noisy_kill("traffic-leak", step, pod, limit, u, noise.sigma, 8 * DAY)
+    return Draw("traffic-leak", 0, case, {"step": step, "pct_day": rate * DAY / limit * 100,
+                                           "days": kill / DAY})
+
+
+def reload_then_leak(rng: random.Random) -> Draw:
+    """A model reload lifts the level by 10-25 % of the limit within minutes, 6-24 hours
+    into the pod's life, and a leak of 10-30 % of the limit a day begins with it: the
+    step is no climb, the leak after it is. A page ahead of the kill, not hours early."""
+    step, pod = _step(rng, (30, 60, 120)), "reload-leak-0"
+    limit = rng.uniform(24, 48) * GiB
+    base, jump = rng.uniform(0.35, 0.5) * limit, rng.uniform(0.1, 0.25) * limit
+    at, up = rng.uniform(6, 24) * HOUR, rng.uniform(1, 8) * MINUTE
+    rate = rng.uniform(0.1, 0.3) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return (base + jump * ramp(t, at, at + up) + rate * max(0.0, t - at - up)
+                + noise(t))
+
+    case, kill = _noisy_kill("reload-then-leak", step, pod, limit, u, noise.sigma, 8 * DAY)
+    return Draw("reload-then-leak", 0, case, {"step": step, "jump": jump / limit,
+                                               "pct_day": rate * DAY / limit * 100,
+                                               "days": kill / DAY})
 
 
 def slow_leak_big_limit(rng: random.Random) -> Draw:

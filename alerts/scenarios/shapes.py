@@ -1,6 +1,6 @@
 """Shapes of memory over time for the cases and the drawn classes: a ramp, a diurnal swing,
-seeded noise, a sawtooth's tooth, bursts of traffic, and the first sample at which a
-shape reaches its limit."""
+seeded noise, a sawtooth's tooth, irregular teeth, bursts of traffic, and the first sample
+at which a shape reaches its limit."""
 
 from __future__ import annotations
 
@@ -75,3 +75,27 @@ class Bursts:
     def __call__(self, t: int) -> float:
         i = bisect.bisect_right(self.starts, t) - 1
         return self.heights[i] if i >= 0 and t < self.ends[i] else 0.0
+
+
+class Teeth:
+    """A cache filled and flushed at irregular times: each period 0.6-1.4 of ``period``,
+    each tooth 0.7-1.3 of ``height``, filled linearly over ``rise`` of its period, then
+    flat until its release. ``tallest`` is the highest a tooth can be."""
+
+    def __init__(self, rng: random.Random, period: float, rise: float, height: float,
+                 span: int) -> None:
+        self.starts: list[float] = []
+        self.fills: list[float] = []
+        self.heights: list[float] = []
+        self.tallest = 1.3 * height
+        t = 0.0
+        while t < span:
+            length = rng.uniform(0.6, 1.4) * period
+            self.starts.append(t)
+            self.fills.append(rise * length)
+            self.heights.append(rng.uniform(0.7, 1.3) * height)
+            t += length
+
+    def __call__(self, t: int) -> float:
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.heights[i] * min(1.0, (t - self.starts[i]) / self.fills[i])

@@ -204,9 +204,11 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     RELEASED: "1 where a release was seen within the release window: a climb above the "
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
     PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
-    "plus a margin (1 % of the limit, and the envelope's rise over the release window "
-    "after a release; none where the envelope is what the hour before the last one "
-    "reached: a steady climb's own); the figure CLIMB_BEYOND_PATTERN compares with",
+    "plus a margin (1 % of the limit; after a release the larger of that and 30 % of the "
+    "teeth's height, the envelope over the floor less a day of the lasting trend, plus "
+    "the envelope's rise over the release window; none where the envelope is what the "
+    "hour before the last one reached: a steady climb's own); the figure "
+    "CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",

@@ -3,13 +3,13 @@
 first-screen tiles, the fleet dashboard and the post-mortem page; they must agree on the
 verdict, the time to limit (within rounding), the binding cgroup and what grows.
 
-Seven pods (a fast climb, a slow leak under a daily swing, a pod-level sidecar leak,
-orphaned /dev/shm, a fresh kill, a sawtooth that releases every few hours, a limit
-resized in place) are written as the exporter's series over 2.5 days and turned into
-TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real Prometheus serves
-them. The forecast contract's series come from the real recording rules (the shipped
-alerts/headroom.rules.yaml, or ``HEADROOM_FORECAST_RULES=PATH``): ``promtool tsdb
-create-blocks-from rules`` evaluates them over the whole span, one dependency level per
+Eight pods (a fast climb, a slow leak under a daily swing, a pod-level sidecar leak,
+orphaned /dev/shm, a fresh kill, a sawtooth that releases every few hours, one whose teeth
+vary in height, a limit resized in place) are written as the exporter's series over 2.5 days
+and turned into TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real
+Prometheus serves them. The forecast contract's series come from the real recording rules
+(the shipped alerts/headroom.rules.yaml, or ``HEADROOM_FORECAST_RULES=PATH``): ``promtool
+tsdb create-blocks-from rules`` evaluates them over the whole span, one dependency level per
 pass (promtool cannot feed a rule another rule's output in the same pass), each pass's
 blocks loaded before the next. ``top`` without Prometheus runs the rules' Python mirror
 (exporter/oncall/forecast/mirror.py) over its own reads of the same points: where it and the
@@ -173,6 +173,21 @@ def sawtooth() -> Scenario:
     return Scenario("vllm-saw-0", at, "healthy", None, "vllm", "EngineCore anon")
 
 
+def irregular_teeth() -> Scenario:
+    """The same cache with teeth of irregular height (flushed on load, not on a clock): 4
+    GiB each but the last, 5.1 GiB, 90 % up it at the moment and 0.6 GiB above every peak
+    of the day. Within what teeth vary by (30 % of their height above the envelope): the
+    pattern, not a climb into the limit; no horizon forecasts a kill."""
+    def at(t: float) -> Moment:
+        phase = t + 0.9 * PERIOD
+        height = 5.1 * GiB if phase // PERIOD == (SPAN + 0.9 * PERIOD) // PERIOD else 4 * GiB
+        tooth = (phase % PERIOD) / PERIOD * height
+        vllm = Cg(16 * GiB, {"APIServer": GiB, "EngineCore": 3 * GiB + tooth,
+                             "Worker_TP0": 2 * GiB})
+        return Moment({"vllm": vllm}, 16 * GiB)
+    return Scenario("vllm-jagged-0", at, "healthy", None, "vllm", "EngineCore anon")
+
+
 RESIZED_AGO = 2 * HOUR
 
 
@@ -189,7 +204,7 @@ def resized_limit() -> Scenario:
 
 KILLED = fresh_kill()
 SCENARIOS = (fast_climb(), slow_leak(), sidecar_leak(), orphaned_shm(), KILLED,
-             sawtooth(), resized_limit())
+             sawtooth(), irregular_teeth(), resized_limit())
 
 
 # --- the scenarios as the exporter's series --------------------------------------------------

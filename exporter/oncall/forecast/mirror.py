@@ -24,6 +24,7 @@ from exporter.oncall.forecast.series import (
     above_pattern,
     between,
     envelope,
+    floor,
     floor_rise,
     growth,
     highest,
@@ -118,7 +119,12 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     else:
         margin = w.beyond_ratio * limit
         if released:
-            # The next tooth: the margin plus the envelope's own rise since.
+            # The next tooth: the margin (or a share of the teeth's height, less a
+            # window of the trend, where more) plus the envelope's own rise since.
+            low = floor(points, now, w)
+            if low is not None:
+                margin = max(margin, w.teeth_share
+                             * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)
             margin += max(0.0, peaks - before) if before is not None else 0.0
         else:

@@ -38,6 +38,7 @@ class Windows:
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
+    teeth_share: float = 0.3  # ...while within this share of the teeth's height
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
     # The short horizon's new highs count beyond this share of the quiet hours' swing.
     climbing_noise_share: float = 0.5
@@ -61,6 +62,7 @@ class Windows:
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
+                   teeth_share=config.fill_beyond_teeth_share,
                    floor_memory=config.floor_memory_s,
                    climbing_noise_share=config.climbing_noise_share,
                    medium_climbing=config.medium_climbing_window_s,
