@@ -31,15 +31,20 @@ def _pattern_ceiling(config: Config) -> str:
     hold = duration(config.lasting_hold_s)
     envelope = q.PEAK_ENVELOPE
     margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
-    # A share of the teeth's height where that is more than the margin: the envelope
-    # over the floor, less the window's lasting trend (a leak's day is no tooth).
+    # A share of the teeth's height where that is more than the margin and the floor is
+    # known not to rise: the envelope over the floor, less the window's lasting trend.
+    # Over a rising floor (a leak under a daily swing, whose troughs are releases too)
+    # a climb above the envelope is the leak's until it is more than the margin beyond.
     teeth = expr(
         "(${share} * (${env} - on ${g} ${floor} - on ${g} ${bw} * ${trend} or ${env} - on ${g}"
-        " ${floor}) > on ${g} ${margin} or on ${g} ${margin})",
+        " ${floor}) > on ${g} ${margin} and on ${g} ${rise} <= on ${g} ${minimum}"
+        " or on ${g} ${margin})",
         share=config.fill_beyond_teeth_share, env=envelope, g=g,
         floor=q.UNRECLAIMABLE_BASELINE, margin=margin, bw=config.baseline_window_s,
+        rise=f"last_over_time({q.UNRECLAIMABLE_BASELINE_RISE}[{hold}])",
+        minimum=min_rise(config),
         trend=f'clamp_min(last_over_time({q.GROWTH}{{horizon="lasting"}}'
-              f'[{duration(config.lasting_hold_s)}]), 0)')
+              f'[{hold}]), 0)')
     # After a release a climb above the peaks is the next tooth while it stays within
     # the larger of the margin and a share of the teeth's height (teeth vary), plus the
     # envelope's own rise over the release window (the teeth of a leaking sawtooth

@@ -204,8 +204,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     RELEASED: "1 where a release was seen within the release window: a climb above the "
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
     PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
-    "plus a margin (1 % of the limit; after a release the larger of that and 30 % of the "
-    "teeth's height, the envelope over the floor less a day of the lasting trend, plus "
+    "plus a margin (1 % of the limit; after a release the larger of that and, where the "
+    "floor is known not to rise, 30 % of the teeth's height, the envelope over the floor "
+    "less a day of the lasting trend, plus "
     "the envelope's rise over the release window; none where the envelope is what the "
     "hour before the last one reached: a steady climb's own); the figure "
     "CLIMB_BEYOND_PATTERN compares with",

@@ -178,11 +178,11 @@ class Config:
     # A release within this window makes a climb above the peaks the next tooth until
     # it goes beyond the envelope's own rise over the window.
     release_window_s: int = 6 * HOUR
-    # ...and, after a release, beyond this share of the teeth's height (the envelope
-    # less the floor and the window's lasting trend) where that is more than the peaks'
-    # margin: teeth of irregular height (a cache flushed on load, not on a clock) top the
-    # day's tallest by a part of their own height, and that is the pattern, not a climb
-    # beyond it.
+    # ...and, after a release over a floor known not to rise, beyond this share of the
+    # teeth's height (the envelope less the floor and the window's lasting trend) where
+    # that is more than the peaks' margin: teeth of irregular height (a cache flushed on
+    # load, not on a clock) top the day's tallest by a part of their own height, and that
+    # is the pattern, not a climb beyond it.
     fill_beyond_teeth_share: float = 0.3
     fill_critical_for_s: int = 5 * MINUTE
     # A page stays on while the pod keeps being OOM-killed and grows again within this

@@ -120,9 +120,11 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         margin = w.beyond_ratio * limit
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
-            # window of the trend, where more) plus the envelope's own rise since.
+            # window of the trend, where more and the floor is known not to rise) plus
+            # the envelope's own rise since.
             low = floor(points, now, w)
-            if low is not None:
+            rise = floor_rise(points, now, w)
+            if low is not None and rise is not None and rise <= min_rise(w, limit):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)
