@@ -128,15 +128,17 @@ def noise_timed(page_max: int, u: Fn, limit: Fn, sigma: float, kill: int,
 
 
 def _noisy_kill(name: str, step: int, pod: str, limit: float, u: Fn,
-                sigma: float, within_s: int) -> tuple[Case, int]:
+                sigma: float, within_s: int, page_max: int = SLOW_PAGE_MAX_LEAD_S,
+                reach: Fn | None = None) -> tuple[Case, int]:
     """One container under a fixed limit, killed where ``u`` first reaches it (within
-    ``within_s``): paged at least PAGE_MIN_LEAD_S ahead, and not more than
-    SLOW_PAGE_MAX_LEAD_S before the first near miss (the noise may decide the kill)."""
+    ``within_s``): paged at least PAGE_MIN_LEAD_S ahead, and not more than ``page_max``
+    before the first near miss (the noise may decide the kill) of ``u``, or of ``reach``
+    where chance decides which excursion kills (the highest a burst or a tooth can go)."""
     kill = first_at_or_above(u, lambda t: limit, range(0, within_s, step))
     rec = Recorder(range(0, kill + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
     case = _killed(name, step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S, u, lambda t: limit, sigma,
+                   page_max=noise_timed(page_max, reach or u, lambda t: limit, sigma,
                                         kill, step))
     return case, kill
 

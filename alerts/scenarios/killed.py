@@ -112,13 +112,9 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     def u(t: int) -> float:
         return floor0 + climb * t + teeth(t) + noise(t)
 
-    kill = first_at_or_above(u, lambda t: limit, range(0, 5 * DAY, step))
-    rec = Recorder(range(0, kill + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    case = _killed("jittered-sawtooth", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(int(period + 2 * HOUR),
-                                        lambda t: floor0 + climb * t + teeth.tallest,
-                                        lambda t: limit, noise.sigma, kill, step))
+    case, _ = _noisy_kill("jittered-sawtooth", step, pod, limit, u, noise.sigma, 5 * DAY,
+                          page_max=int(period + 2 * HOUR),
+                          reach=lambda t: floor0 + climb * t + teeth.tallest)
     return Draw("jittered-sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
                                                 "height": height / limit, "days": days})
 
@@ -672,13 +668,8 @@ def bursty_leak(rng: random.Random) -> Draw:
     def u(t: int) -> float:
         return base + rate * t + burst(t) + noise(t)
 
-    kill = first_at_or_above(u, lambda t: limit, range(0, 6 * DAY, step))
-    rec = Recorder(range(0, kill + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    case = _killed("bursty-leak", step, kill, rec, pod, page_min=PAGE_MIN_LEAD_S,
-                   page_max=noise_timed(SLOW_PAGE_MAX_LEAD_S,
-                                        lambda t: base + rate * t + size, lambda t: limit,
-                                        noise.sigma, kill, step))
+    case, kill = _noisy_kill("bursty-leak", step, pod, limit, u, noise.sigma, 6 * DAY,
+                             reach=lambda t: base + rate * t + size)
     return Draw("bursty-leak", 0, case, {"step": step, "days": kill / DAY,
                                           "burst": size / limit, "per_hour": per_hour})
 
