@@ -572,3 +572,31 @@ def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> No
     to_limit = next(c for c in COLUMNS if c.title == "TO LIMIT")
     assert [to_limit.value(r, 0.0) for r in rows] == ["60 min", "in noise", "4.0 h"]
     assert [r.pod for r in sort_rows(rows, "t")] == ["slow", "fast", "calm"]
+
+
+def test_a_tooth_within_the_teeths_spread_is_the_pattern_over_a_flat_floor_only() -> None:
+    """CLIMB_BEYOND_PATTERN's teeth margin, mirrored: teeth of 8 GiB every 4 h, the last
+    one 10 GiB and 95 % up, 1.5 GiB above every peak of the day. Over a flat floor that is
+    within 30 % of the teeth's height: the pattern, no short or medium forecast. Over a
+    floor that rises 2 GiB a day (a leak), the margin is the peaks' own 1 % of the limit
+    and the climb is beyond the pattern."""
+    from exporter.oncall.forecast.series import envelope, growth, highest
+
+    w = fc.Windows.of()
+    day, period, limit = 86400.0, 4 * 3600.0, 32 * GiB
+    now = 3 * day + 0.95 * period
+
+    def tooth(t: float) -> float:
+        height = 10 * GiB if t // period == now // period else 8 * GiB
+        return height * (t % period) / period
+
+    def forecast(leak: float) -> dict[str, float]:
+        pts = [(t, 14 * GiB + leak * t / day + tooth(t))
+               for t in (i * 60.0 for i in range(int(now / 60) + 1))]
+        rates = growth(pts, now, w, limit)
+        return fc.time_to_limit_by_horizon(
+            limit, pts[-1][1], highest(pts, now - w.peak, now) or 0.0, rates,
+            envelope(pts, now, w), w, None, pts, now)
+
+    assert not {"short", "medium"} & set(forecast(0.0))
+    assert {"short", "medium"} & set(forecast(2 * GiB))
