@@ -1,9 +1,9 @@
 """Replay many draws through the shipped rules, batched and in parallel: the replay tier
 (tests/unit/test_generated.py) and ``scripts/replay_draws.py`` both run their draws here.
 
-Draws that share an evaluation interval and a variant share a promtool run
-(``batch.replay``: each draw's pods and instances apart, about four times cheaper per draw
-than one run each), up to ``size`` per run. What interval a draw has is known only once
+Draws that share an evaluation interval, a scrape step and a variant share a promtool
+run (``batch.replay``: each draw's pods and instances apart, about four times cheaper per
+draw than one run each), up to ``size`` per run. What interval a draw has is known only once
 it is drawn, so the draws are made twice, in the pool: once to group them, once in the
 batch that replays them (a draw's series are far too big to send between processes).
 """

@@ -7,8 +7,8 @@ property it must show, the seed and the variant; a failure names the draw's para
 ``scripts/replay_draws.py`` runs 30 draws of each.
 
 The draws are replayed once for the module, batched as the sweeps batch them
-(``alerts.scenarios.sweep``: draws of one evaluation interval and variant share a
-promtool run, two runs at a time), and each test reads its draw's verdict; a test here
+(``alerts.scenarios.sweep``: draws of one evaluation interval, scrape step and variant
+share a promtool run, two runs at a time), and each test reads its draw's verdict; a test here
 checks that a batch reports what single runs report. Under xdist they all go to one
 worker (``--dist loadgroup``), which runs the pool beside the other tiers' tests."""
 
@@ -51,10 +51,10 @@ DRAWS = [(cls, 0, i % 3) for i, cls in enumerate(generator.CLASSES)] + [
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows.
 NOT_YET_HELD = {
     ("jittered-sawtooth", 0, 1):
-        "irregular teeth over a leaking floor: a tooth 1.3 times the day's tallest climbs "
-        "beyond the pattern (the teeth' margin holds only over a flat floor: over a rising "
-        "one a daily swing's leak would page late) and pages 24 h 40 min before the kill, "
-        "2 h 46 min before the earliest the class allows",
+        "irregular teeth over a leaking floor: a tooth taller than the day's climbs beyond "
+        "the pattern (the teeth' margin holds only over a flat floor: over a rising one a "
+        "daily swing's leak would page late) and pages 24 h 40 min before the kill, 2 h "
+        "46 min before the earliest the class allows",
 }
 
 

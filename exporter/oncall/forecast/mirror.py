@@ -4,6 +4,7 @@ surface read itself, the rules' definition in Python."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,14 +118,15 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
     elif peaks is None:
         beyond = unread  # no envelope yet: every climb is beyond what was seen
     else:
+        # The floor's rise (a day of points) is read once, and only where asked.
+        rise = functools.cache(lambda: floor_rise(points, now, w))
         margin = w.beyond_ratio * limit
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
             # window of the trend, where more and the floor is known not to rise) plus
             # the envelope's own rise since.
             low = floor(points, now, w)
-            rise = floor_rise(points, now, w)
-            if low is not None and rise is not None and rise <= min_rise(w, limit):
+            if low is not None and (r := rise()) is not None and r <= min_rise(w, limit):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)
@@ -140,7 +142,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         beyond = now_value > above + w.baseline * trend or (
             lasting_rate is not None and now_value > above + w.beyond_trend * trend
             and out.get("lasting", math.inf) < w.baseline
-            and (r := floor_rise(points, now, w)) is not None and r > min_rise(w, limit)) or (
+            and (r := rise()) is not None and r > min_rise(w, limit)) or (
             now_value > above and above_pattern(points, now, w, limit, lasting_rate))
     for h in ("short", "medium"):
         r = rates.get(h)
