@@ -2,8 +2,11 @@
 (tests/unit/test_generated.py) and ``scripts/replay_draws.py`` both run their draws here.
 
 Draws that share an evaluation interval, a scrape step and a variant share a promtool
-run (``batch.replay``: each draw's pods and instances apart, about four times cheaper per
-draw than one run each), up to ``size`` per run. What interval a draw has is known only once
+run (``batch.replay``: each draw's pods and instances apart), up to ``size`` per run. A
+run lasts as long as its longest draw and evaluates every draw's series at each step:
+cheaper per draw where the draws are of one length (a sweep's seeds of one class), not
+where spans of 10 h and 227 h share a run (the replay tier took 23 min batched at stop
+44, against 14 min for seven fewer draws run alone). What interval a draw has is known only once
 it is drawn, so the draws are made twice, in the pool: once to group them, once in the
 batch that replays them (a draw's series are far too big to send between processes).
 """
