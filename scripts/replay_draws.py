@@ -8,7 +8,8 @@ shipped rules with promtool and print a pass count per class.
 
 Draws that share a scrape interval, an evaluation interval and a variant are replayed
 together, up to ``--batch`` in one promtool run (alerts/scenarios/sweep.py, as the replay
-tier runs them: each draw's pods and instances apart; about four times cheaper per draw);
+tier runs them: each draw's pods and instances apart; cheaper per draw where they are
+of one length, as a class's seeds are);
 ``--batch 1`` runs them alone.
 Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way between
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and

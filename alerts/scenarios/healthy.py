@@ -62,7 +62,6 @@ def sawtooth_healthy(rng: random.Random) -> Draw:
                 {"step": step, "period_h": period / HOUR, "peak": peak / limit})
 
 
-
 def jittered_sawtooth_healthy(rng: random.Random) -> Draw:
     """The irregular cache (periods 0.6-1.4 of a 2-6 hour mean, teeth 0.7-1.3 of the mean
     height) over a flat floor, its tallest possible tooth at 82-92 % of the limit, for
@@ -86,7 +85,6 @@ def jittered_sawtooth_healthy(rng: random.Random) -> Draw:
     return Draw("jittered-sawtooth-healthy", 0, case,
                 {"step": step, "period_h": period / HOUR, "height": height / limit,
                  "top": (floor + teeth.tallest) / limit})
-
 
 
 def noisy_flat(rng: random.Random) -> Draw:

@@ -91,7 +91,6 @@ def sawtooth(rng: random.Random) -> Draw:
                                        "rise": rise, "days": days})
 
 
-
 def jittered_sawtooth(rng: random.Random) -> Draw:
     """A cache flushed at irregular times (each period 0.6-1.4 of a 2-6 hour mean, each
     tooth 0.7-1.3 of the mean height) over a floor that climbs to a kill in 2.5-3.5
@@ -117,7 +116,6 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
                           reach=lambda t: floor0 + climb * t + teeth.tallest)
     return Draw("jittered-sawtooth", 0, case, {"step": step, "period_h": period / HOUR,
                                                 "height": height / limit, "days": days})
-
 
 
 def late_leak(rng: random.Random) -> Draw:
