@@ -6,11 +6,10 @@ shipped rules with promtool and print a pass count per class.
     python3 scripts/replay_draws.py -n 5 -j 2 sawtooth ramp
     python3 scripts/replay_draws.py --batch 1          # one promtool run per draw
 
-Draws that share a scrape interval, an evaluation interval and a variant are replayed
-together, up to ``--batch`` in one promtool run (alerts/scenarios/sweep.py, as the replay
-tier runs them: each draw's pods and instances apart; cheaper per draw where they are
-of one length, as a class's seeds are);
-``--batch 1`` runs them alone.
+Draws that share an evaluation interval and a rule file, and are of like length, are
+replayed together, up to ``--batch`` in one promtool run (alerts/scenarios/sweep.py, as
+the replay tier runs them: each draw's pods and instances apart); ``--batch 1`` runs
+them alone.
 Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way between
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and
 what failed; rerun one with ``--seed N --variant V CLASS``.

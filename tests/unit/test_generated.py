@@ -7,10 +7,11 @@ property it must show, the seed and the variant; a failure names the draw's para
 ``scripts/replay_draws.py`` runs 30 draws of each.
 
 The draws are replayed once for the module, batched as the sweeps batch them
-(``alerts.scenarios.sweep``: draws of one evaluation interval, scrape step and variant
-share a promtool run, two runs at a time), and each test reads its draw's verdict; a test here
-checks that a batch reports what single runs report. Under xdist they all go to one
-worker (``--dist loadgroup``), which runs the pool beside the other tiers' tests."""
+(``alerts.scenarios.sweep``: draws of one evaluation interval and rule file, and of
+like length, share a promtool run, two runs at a time), and each test reads its draw's
+verdict; a test here checks that a batch reports what single runs report. Under xdist
+they all go to one worker (``--dist loadgroup``), which runs the pool beside the other
+tiers' tests."""
 
 from __future__ import annotations
 
@@ -93,16 +94,33 @@ def test_a_drawn_scenario_holds_its_class_properties(
 @pytest.mark.prometheus
 @pytest.mark.replay
 def test_a_batch_reports_what_single_runs_report(tmp_path: Path) -> None:
-    """Two draws of a 50-minute ramp in one promtool run (their pods apart, one sample
-    grid) notify as each does alone: episodes, first, last and latest beginning."""
+    """Three draws of a 50-minute ramp in one promtool run (their pods apart, one sample
+    grid for scrapes of 20 and 60 s, one of them sampled half way between evaluations)
+    notify as each does alone: episodes, first, last and latest beginning."""
     assert PROMTOOL is not None
-    cases = [generator.draw("fast-ramp", seed, 2).case for seed in (0, 1)]
+    cases = [generator.draw("fast-ramp", seed, variant).case
+             for seed, variant in ((0, 0), (1, 1), (2, 0))]
+    assert {c.step_s for c in cases} == {20, 60}, "the draws' scrape steps differ"
     rules = tmp_path / "headroom.rules.yaml"
-    rules.write_text(evaluate.shortened(rules_yaml()))
-    batched = batch.replay(cases, [rules], tmp_path, PROMTOOL, phased=False)
+    rules.write_text(rules_yaml())
+    batched = batch.replay(cases, [rules], tmp_path, PROMTOOL)
     alone = [evaluate.replay(c, [rules], tmp_path, PROMTOOL) for c in cases]
     assert all(alone), "each draw pages alone"
     assert batched == alone
+
+
+def test_runs_take_draws_of_like_length_and_the_costliest_start_first() -> None:
+    def made(cls: str, variant: int, evaluation_s: int, hours: float) -> sweep.Made:
+        return sweep.Made((cls, 0, variant), "", evaluation_s, int(hours * 3600))
+
+    runs = sweep.batches([
+        made("a", 0, 60, 227), made("b", 1, 60, 137), made("c", 0, 60, 72),
+        made("d", 1, 60, 9), made("e", 2, 60, 100), made("f", 0, 90, 72),
+        made("g", 1, 60, 10)], size=10)
+    assert [[m.job[0] for m in run] for run in runs] == [
+        ["a", "b"], ["e"], ["c"], ["f"], ["g", "d"]]
+    assert [sweep.cost(r) for r in runs] == sorted((sweep.cost(r) for r in runs),
+                                                   reverse=True)
 
 
 def test_every_class_has_a_stated_property_and_every_variant_runs() -> None:
