@@ -47,18 +47,29 @@ def _pattern_ceiling(config: Config) -> str:
               f'[{hold}]), 0)')
     # After a release a climb above the peaks is the next tooth while it stays within
     # the larger of the margin and a share of the teeth's height (teeth vary), plus the
-    # envelope's own rise over the release window (the teeth of a leaking sawtooth
-    # climb that much before the lasting trend exists). Without one,
+    # envelope's own rise over the release window: the teeth of a leaking sawtooth
+    # climb that much before the lasting trend exists. Once the trend exists, no more
+    # than a release window of it: the envelope lags the figure by an hour, so a climb
+    # that never stops (a leak out of a daily swing) has its own last hours for a rise
+    # and would always be within it. Without a release,
     # the margin counts against peaks that recur, not against a climb's own last hours:
     # where the envelope is no higher than the hour before the last one reached, it is
     # the climb itself (a steady leak, even a noisy one), and there is no margin.
+    env_rise = expr(
+        "clamp_min(${env} - on ${g} ${env_before}, 0) < on ${g} ${window} * ${trend}"
+        " or on ${g} ${window} * ${trend} or on ${g} clamp_min(${env} - on ${g}"
+        " ${env_before}, 0)",
+        env=envelope, g=g, window=config.release_window_s,
+        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
+                   f"offset {duration(config.release_window_s)})",
+        trend=f'clamp_min(last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}]), 0)')
     env = expr(
         """
         ${env}
         + on ${g}
         (
             (
-                ${teeth} + on ${g} clamp_min(${env} - on ${g} ${env_before}, 0)
+                ${teeth} + on ${g} (${env_rise})
               or on ${g}
                 ${teeth}
             )
@@ -71,9 +82,8 @@ def _pattern_ceiling(config: Config) -> str:
             ${limit} * 0
         )""",
         env=envelope, g=g, margin=margin, teeth=teeth, released=q.RELEASED, hold=hold,
-        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
-                   f"offset {duration(config.release_window_s)})",
-        hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s), limit=q.LIMIT)
+        env_rise=env_rise, hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s),
+        limit=q.LIMIT)
     return env
 
 

@@ -124,13 +124,17 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
             # window of the trend, where more and the floor is known not to rise) plus
-            # the envelope's own rise since.
+            # the envelope's own rise since, at most a release window of the trend
+            # where it exists.
             low = floor(points, now, w)
             if low is not None and (r := rise()) is not None and r <= min_rise(w, limit):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)
-            margin += max(0.0, peaks - before) if before is not None else 0.0
+            rose = max(0.0, peaks - before) if before is not None else 0.0
+            if lasting_rate is not None:
+                rose = min(rose, w.release_window * max(lasting_rate, 0.0))
+            margin += rose
         else:
             # No margin where the envelope is the climb's own last hours (a steady leak).
             climb = highest(points, now - 2 * w.hour - 3 * w.lasting_interval,
