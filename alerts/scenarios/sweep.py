@@ -18,17 +18,21 @@ import pickle
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from alerts.generate import rules_yaml
 
-from . import batch, evaluate, generator
+from . import batch, cases, converted, evaluate, generator
 from .draws import Draw
+from .evaluate import Stat
+from .recording import Case, Key
 
 Job = tuple[str, int, int]  # class, seed, variant
+T = TypeVar("T")
 SHORTENED = 2  # the variant whose rules have every range 1 ms shorter
 # A draw joins a run whose longest draw is at most this many times its own length: below
 # about a quarter it costs the run more than it saves alone (measured, ``batch``).
@@ -64,26 +68,36 @@ def make(job: Job, workdir: str) -> Made:
     return Made(job, str(path), d.case.evaluation_s, d.case.end_s)
 
 
-def batches(made: Sequence[Made], size: int) -> list[list[Made]]:
-    """Draws that can share a promtool run (one evaluation interval, one rule file), the
-    longest first, each run ``size`` draws at most, none shorter than ``SPAN_SHARE`` of
-    its run's longest; the costliest runs first."""
-    groups: dict[tuple[bool, int], list[Made]] = {}
-    for m in sorted(made, key=lambda m: -m.end_s):
-        groups.setdefault((m.job[2] == SHORTENED, m.evaluation_s), []).append(m)
-    out: list[list[Made]] = []
+def runs(items: Sequence[T], key: Callable[[T], Hashable], steps: Callable[[T], float],
+         size: int) -> list[list[T]]:
+    """Items that can share a promtool run (one ``key``: an evaluation interval and a
+    rule file), the longest first, each run ``size`` items at most, none shorter than
+    ``SPAN_SHARE`` of its run's longest (in evaluation ``steps``); the costliest runs
+    first."""
+    groups: dict[Hashable, list[T]] = {}
+    for item in sorted(items, key=steps, reverse=True):
+        groups.setdefault(key(item), []).append(item)
+    out: list[list[T]] = []
     for group in groups.values():
         while group:
-            longest = group[0].end_s
-            run = [m for m in group if m.end_s >= SPAN_SHARE * longest][:size]
+            longest = steps(group[0])
+            run = [i for i in group if steps(i) >= SPAN_SHARE * longest][:size]
             out.append(run)
-            group = [m for m in group if m not in run]
-    return sorted(out, key=cost, reverse=True)
+            group = [i for i in group if i not in run]
+
+    return sorted(out, key=lambda run: run_cost([steps(i) for i in run]), reverse=True)
 
 
-def cost(run: Sequence[Made]) -> float:
-    """A run's cost in evaluation steps of one draw (the unit of a single replay)."""
-    return max(m.steps for m in run) * (1 + ADDED_COST * (len(run) - 1))
+def batches(made: Sequence[Made], size: int) -> list[list[Made]]:
+    """Draws in runs (``runs``): one evaluation interval and rule file to a run."""
+    return runs(made, lambda m: (m.job[2] == SHORTENED, m.evaluation_s),
+                lambda m: m.steps, size)
+
+
+def run_cost(steps: Sequence[float]) -> float:
+    """A run's cost in evaluation steps of one draw (the unit of a single replay), from
+    the evaluation steps of each draw in it."""
+    return max(steps) * (1 + ADDED_COST * (len(steps) - 1))
 
 
 def run_batch(made: Sequence[Made], workdir: str, promtool: str) -> list[Outcome]:
@@ -116,4 +130,47 @@ def replay_all(jobs: Sequence[Job], promtool: str, workers: int = 2, size: int =
             yield from future.result()
 
 
-__all__ = ["Job", "Made", "Outcome", "batches", "cost", "make", "replay_all", "run_batch"]
+# --- the described cases ----------------------------------------------------------------------
+def described(name: str) -> Case:
+    """A described case by name: ``cases.ALL`` and the first wave's."""
+    for make_case in cases.ALL:
+        if make_case.__name__ == name:
+            return make_case()
+    return next(c for c in converted.first_wave() if c.name == name)
+
+
+def _replay_described(names: Sequence[str], workdir: str, promtool: str
+                      ) -> dict[str, dict[Key, Stat]]:
+    made = [described(n) for n in names]
+    work = Path(tempfile.mkdtemp(dir=workdir))
+    rules = work / "headroom.rules.yaml"
+    rules.write_text(rules_yaml())
+    if len(made) == 1:
+        stats = [evaluate.replay(made[0], [rules], work, promtool)]
+    else:
+        stats = batch.replay(made, [rules], work, promtool)
+    shutil.rmtree(work, ignore_errors=True)
+    return dict(zip(names, stats, strict=True))
+
+
+def replay_described(names: Sequence[str], promtool: str, workers: int = 2, size: int = 10
+                     ) -> dict[str, dict[Key, Stat]]:
+    """The stats of each described case (by ``described`` name), in runs as the draws'."""
+    with tempfile.TemporaryDirectory() as workdir, \
+            ProcessPoolExecutor(max_workers=workers) as pool:
+        sized = list(zip(names, pool.map(_steps_of, names), strict=True))
+        futures = [pool.submit(_replay_described, [n for n, _ in run], workdir, promtool)
+                   for run in runs(sized, lambda x: x[1][0], lambda x: x[1][1], size)]
+        out: dict[str, dict[Key, Stat]] = {}
+        for future in as_completed(futures):
+            out.update(future.result())
+        return out
+
+
+def _steps_of(name: str) -> tuple[int, float]:
+    case = described(name)
+    return case.evaluation_s, case.end_s / case.evaluation_s
+
+
+__all__ = ["Job", "Made", "Outcome", "batches", "described", "make", "replay_all",
+           "replay_described", "run_batch", "run_cost", "runs"]

@@ -59,12 +59,23 @@ NOT_YET_HELD = {
 }
 
 
+# Regressions that replay over a week each (175 and 227 h: a third of the tier's time
+# between them, beside the class's own fixed draw of 249 h): marked replay_long, left out
+# of .ci/run's replay tier to keep it within its 15 minutes, as the described cases of
+# days are (test_scenarios.py); `pytest -m replay_long` runs them, and every sweep
+# (scripts/replay_draws.py) draws their class.
+LONG = {("leak-restarted", 15, 0), ("leak-restarted", 25, 1)}
+
+
 def _draw_param(cls: str, seed: int, variant: int) -> object:
     known = NOT_YET_HELD.get((cls, seed, variant))
+    marks = [pytest.mark.xfail(strict=True, reason=known)] if known else []
+    if (cls, seed, variant) in LONG:
+        marks.append(pytest.mark.replay_long)
     return pytest.param(
         cls, seed, variant,
         id=f"{cls}:{generator.PROPERTIES[cls]}:seed{seed}:{generator.VARIANTS[variant]}",
-        marks=[pytest.mark.xfail(strict=True, reason=known)] if known else [])
+        marks=marks)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +130,8 @@ def test_runs_take_draws_of_like_length_and_the_costliest_start_first() -> None:
         made("g", 1, 60, 10)], size=10)
     assert [[m.job[0] for m in run] for run in runs] == [
         ["a", "b"], ["e"], ["c"], ["f"], ["g", "d"]]
-    assert [sweep.cost(r) for r in runs] == sorted((sweep.cost(r) for r in runs),
-                                                   reverse=True)
+    costs = [sweep.run_cost([m.steps for m in r]) for r in runs]
+    assert costs == sorted(costs, reverse=True)
 
 
 def test_every_class_has_a_stated_property_and_every_variant_runs() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from alerts.generate import rules_yaml
-from alerts.scenarios import cases, converted, evaluate
+from alerts.scenarios import cases, converted, evaluate, sweep
 from alerts.scenarios.evaluate import Stat
-from alerts.scenarios.recording import STALE, Case, Recorder, Scrape, rollouts
+from alerts.scenarios.recording import STALE, Case, Key, Recorder, Scrape, rollouts
 from exporter.promql import CONFIG, HOUR, MINUTE
 
 PROMTOOL = shutil.which("promtool")
@@ -33,29 +33,43 @@ def _case_param(make: Callable[[], Case]) -> object:
     return pytest.param(make, id=make.__name__, marks=marks)
 
 
+@pytest.fixture(scope="module")
+def replayed(request: pytest.FixtureRequest) -> dict[str, dict[Key, Stat]]:
+    """The stats of the described cases this run selected, replayed once for the module
+    as the drawn scenarios are (``alerts.scenarios.sweep``: cases of one evaluation
+    interval and like length share a promtool run, two runs at a time)."""
+    assert PROMTOOL is not None
+    names: list[str] = []
+    for item in request.session.items:
+        if not isinstance(item, pytest.Function):
+            continue
+        if item.originalname == test_case_passes_on_the_shipped_rules.__name__:
+            names.append(item.callspec.params["make"].__name__)
+        elif item.originalname == test_first_wave_scenarios_pass.__name__:
+            names += [c.name for c in converted.first_wave()]
+    return sweep.replay_described(names, PROMTOOL, workers=2)
+
+
 @needs_promtool
 @pytest.mark.prometheus
 @pytest.mark.replay
+@pytest.mark.xdist_group("drawn")
 @pytest.mark.parametrize("make", [_case_param(f) for f in cases.ALL])
-def test_case_passes_on_the_shipped_rules(make: Callable[[], Case], tmp_path: Path) -> None:
-    assert PROMTOOL is not None
+def test_case_passes_on_the_shipped_rules(make: Callable[[], Case],
+                                          replayed: dict[str, dict[Key, Stat]]) -> None:
     case = make()
-    rules = tmp_path / "headroom.rules.yaml"
-    rules.write_text(rules_yaml())
-    stats = evaluate.replay(case, [rules], tmp_path, PROMTOOL)
-    assert not evaluate.problems(case, stats), evaluate.problems(case, stats)
+    found = evaluate.problems(case, replayed[make.__name__])
+    assert not found, found
 
 
 @needs_promtool
 @pytest.mark.prometheus
 @pytest.mark.replay
-def test_first_wave_scenarios_pass(tmp_path: Path) -> None:
-    assert PROMTOOL is not None
-    rules = tmp_path / "headroom.rules.yaml"
-    rules.write_text(rules_yaml())
+@pytest.mark.xdist_group("drawn")
+def test_first_wave_scenarios_pass(replayed: dict[str, dict[Key, Stat]]) -> None:
     bad = {}
     for case in converted.first_wave():
-        found = evaluate.problems(case, evaluate.replay(case, [rules], tmp_path, PROMTOOL))
+        found = evaluate.problems(case, replayed[case.name])
         if found:
             bad[case.name] = found
     assert not bad
