@@ -207,7 +207,8 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "plus a margin (1 % of the limit; after a release the larger of that and, where the "
     "floor is known not to rise, 30 % of the teeth's height, the envelope over the floor "
     "less a day of the lasting trend, plus "
-    "the envelope's rise over the release window; none where the envelope is what the "
+    "the envelope's rise over the release window, at most a release window of the "
+    "lasting trend where one exists; none where the envelope is what the "
     "hour before the last one reached: a steady climb's own); the figure "
     "CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
