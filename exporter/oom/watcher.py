@@ -11,7 +11,12 @@ kill domains it follows; after every scrape with each cgroup's labels and proces
 - **One kill, one count.** v2 with ``memory.oom.group`` (Kubernetes sets it on v2 nodes)
   kills every process of the container: ``oom_kill`` rises once per process signalled (the
   chosen victim twice: 3 for 2 processes on 6.1) and ``oom_group_kill`` by one. A rise of
-  ``oom_group_kill`` is one kill per group.
+  ``oom_group_kill`` is one kill per group. The kernel counts the chosen victim's
+  ``oom_kill``, then the group, then each member's: a read in between (a busy node, a
+  slow CPU) sees a rise of ``oom_kill`` alone before the group's or after it. So a rise of
+  the group absorbs the lone rises counted within ``GROUP_SETTLE`` before it, and lone
+  rises within ``GROUP_SETTLE`` after it are its members (two kills of one container that
+  close together, the first without a group, count as one).
 - **History is not news** (docs/threats.md: restart-recount). A domain's counters at its
   first read are the baseline, unless the domain appeared after the exporter's first
   listing of the node (``young``): its counters then started at zero after headroom did,
@@ -61,6 +66,7 @@ GUESS_WAIT = 2.0  # seconds to wait for the kernel log to name a counted kill
 GUESS_PASSES = 3  # ... and sampler passes (a starved sampler thread may not have run)
 VICTIM_GRACE = 2.0  # a log victim whose counter was not seen to move by then is counted
 RECENT = 30.0  # seconds a removed domain, a victim or a log-counted kill is remembered
+GROUP_SETTLE = 5.0  # seconds a group kill's lone oom_kill rises may come before or after it
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,14 @@ class OomKill:
     victim_source: str  # "kmsg", "guess" or "unknown"
 
 
-def kills_between(before: KillCounters, after: KillCounters) -> int:
-    """Kill events between two reads of one domain: a group kill is one, whatever the
-    number of processes it took (a fresh cgroup under the same path restarts at 0)."""
+def rises_between(before: KillCounters, after: KillCounters) -> tuple[int, int]:
+    """(group kills, lone process kills) between two reads of one domain (a fresh cgroup
+    under the same path restarts at 0): a group kill is one, whatever the number of
+    processes it took, and its processes' rises are not lone kills."""
     if after.oom_kill < before.oom_kill or after.oom_group_kill < before.oom_group_kill:
         before = KillCounters(0, 0)
     groups = after.oom_group_kill - before.oom_group_kill
-    return groups if groups > 0 else after.oom_kill - before.oom_kill
+    return (groups, 0) if groups > 0 else (0, after.oom_kill - before.oom_kill)
 
 
 def _within(path: str, domain: str) -> bool:
@@ -121,6 +128,8 @@ class _WatchedDomain:
     last: KillCounters | None = None
     credit: list[float] | None = None  # times of kills counted from the log, not yet read
     removed_at: float | None = None
+    lone_at: tuple[float, ...] = ()  # when lone oom_kill rises were counted, lately
+    group_at: float | None = None  # when a group kill was last read
 
 
 class OomWatcher:
@@ -281,8 +290,15 @@ class OomWatcher:
                     self._pod_kills[d.pod] = self._pod_kills.get(d.pod, 0) + c.oom_kill
                 return
             d.last = KillCounters(0, 0)  # born after the exporter started: all news
-        n = kills_between(d.last, c)
+        groups, lone = rises_between(d.last, c)
         d.last = c
+        recent = tuple(t for t in d.lone_at if now - t <= GROUP_SETTLE)
+        if groups > 0:  # the lone rises just before were its chosen victim
+            n, d.lone_at, d.group_at = max(0, groups - len(recent)), (), now
+        elif lone > 0 and d.group_at is not None and now - d.group_at <= GROUP_SETTLE:
+            n = 0  # the group's members, signalled after it
+        else:
+            n, d.lone_at = lone, recent + (now,) * lone
         while n > 0 and d.credit:  # already counted from the kernel log
             d.credit.pop(0)
             n -= 1

@@ -123,6 +123,29 @@ def test_a_group_kill_is_one_kill_however_many_processes_it_took() -> None:
     assert sum(w.counts.values()) == 1
 
 
+def test_a_group_kill_read_while_the_kernel_counts_it_is_one_kill() -> None:
+    """The kernel counts the victim's oom_kill, then the group, then each member's: reads
+    in between (a busy node) see lone rises before and after the group's. Lone rises
+    further apart are kills of their own."""
+    w, clock = watcher()
+    w.track({POD: (None, False)})
+    w.check({POD: KillCounters(0, 0)})
+    clock.now += 0.5
+    first = w.check({POD: KillCounters(1, 0)}, [victim(C1, 41)])  # the victim, logged
+    clock.now += 0.5
+    assert w.check({POD: KillCounters(1, 1)}) == []  # its group: the same kill
+    clock.now += 0.5
+    assert w.check({POD: KillCounters(3, 1)}) == []  # its members: the same kill
+    assert [k.victim_source for k in first] == ["kmsg"]
+    assert sum(w.counts.values()) == 1
+    clock.now += 60
+    later = w.check({POD: KillCounters(4, 1)}, [victim(C1, 42)])  # a kill of its own
+    clock.now += 60
+    w.check({POD: KillCounters(4, 2)}, [victim(C1, 43)])  # a group kill read at once
+    assert [k.pid for k in later] == [42]
+    assert sum(w.counts.values()) == 3
+
+
 def test_the_log_pid_never_names_a_process_outside_the_kill_cgroup() -> None:
     w, _ = watcher()
     w.track({POD: (None, True)})
