@@ -199,7 +199,9 @@ def test_top_in_tmux(stack: Stack) -> None:
         t.keys("n")
         t.wait_for("sort: name")
         t.keys("/", *flat[:8], "Enter")
-        screen = t.wait_for(f"filter: {flat[:8]}")
+        # The whole frame: curses redraws top to bottom, so a capture can hold the new
+        # header over the last frame's rows; the footer (back from typing) comes last.
+        screen = t.wait_for(f"(?s)filter: {flat[:8]}.*t u g s n sort")
         assert slow not in screen and flat in screen
         t.keys("Enter")  # the pod's processes
         screen = t.wait_for(r"CONTAINER\s+PROCESS")
