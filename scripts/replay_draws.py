@@ -47,6 +47,7 @@ def main() -> int:
     passed: dict[str, int] = dict.fromkeys(classes, 0)
     total: dict[str, int] = dict.fromkeys(classes, 0)
     for o in sweep.replay_all(jobs, promtool, args.jobs, args.batch):
+        assert not isinstance(o.job, str), "only drawn jobs were given"
         cls, _, variant = o.job
         total[cls] += 1
         shown = f"{o.label} variant={generator.VARIANTS[variant]} ({o.seconds:.0f}s/draw)"

@@ -3,6 +3,7 @@ recording of a real end-to-end run, with what each must notify."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -39,10 +40,13 @@ def from_scenario(s: object) -> Case:
                 min_lead_s=leads)
 
 
-def first_wave() -> list[Case]:
+@functools.cache
+def first_wave() -> tuple[Case, ...]:
+    """The first wave's scenarios as cases, converted once per process (every described
+    case looked up by name reads them)."""
     from . import first_wave as fw
 
-    return [from_scenario(s) for s in fw.all_scenarios()]
+    return tuple(from_scenario(s) for s in fw.all_scenarios())
 
 
 # --- a recorded real run ------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Replay many draws through the shipped rules, batched and in parallel: the replay tier
-(tests/unit/test_generated.py) and ``scripts/replay_draws.py`` both run their draws here.
+(the drawn scenarios of tests/unit/test_generated.py and the described cases of
+tests/unit/test_scenarios.py, in one pool) and ``scripts/replay_draws.py`` both run their
+draws here.
 
-Each draw is made once, in the pool, and kept on disk (its series are far too big to
-send between processes); what it shares a run by is known only then. Draws that share
+Each draw (or described case) is made once, in the pool, and kept on disk (its series are
+far too big to send between processes); what it shares a run by is known only then. Draws that share
 an evaluation interval and a rule file (the shortened ranges of variant 2 are a rule
 file of their own) share a promtool run (``batch.replay``: each draw's pods and
 instances apart), up to ``size`` per run. A run lasts as long as its longest draw and
@@ -32,6 +34,7 @@ from .evaluate import Stat
 from .recording import Case, Key
 
 Job = tuple[str, int, int]  # class, seed, variant
+Item = Job | str  # a drawn job, or a described case by name (``described``)
 T = TypeVar("T")
 SHORTENED = 2  # the variant whose rules have every range 1 ms shorter
 # A draw joins a run whose longest draw is at most this many times its own length: below
@@ -42,16 +45,16 @@ ADDED_COST = 0.27  # of a single replay as long as the run, per draw added to it
 
 @dataclass(frozen=True)
 class Outcome:
-    job: Job
-    label: str  # the draw's class, seed and parameters
+    job: Item
+    label: str  # the draw's class, seed and parameters (a described case's name)
     problems: list[str]  # what the verdict found wrong (empty: it holds)
     seconds: float  # the promtool run's time, per draw in it
 
 
 @dataclass(frozen=True)
 class Made:
-    """A draw made and kept on disk, with what it shares a run by."""
-    job: Job
+    """A draw (or described case) made and kept on disk, with what it shares a run by."""
+    job: Item
     path: str
     evaluation_s: int
     end_s: int
@@ -60,12 +63,23 @@ class Made:
     def steps(self) -> float:
         return self.end_s / self.evaluation_s
 
+    @property
+    def shortened(self) -> bool:
+        """Replayed on the rules with every range 1 ms shorter."""
+        return not isinstance(self.job, str) and self.job[2] == SHORTENED
 
-def make(job: Job, workdir: str) -> Made:
-    d = generator.draw(*job)
-    path = Path(workdir) / f"{job[0]}.{job[1]}.{job[2]}.draw"
-    path.write_bytes(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
-    return Made(job, str(path), d.case.evaluation_s, d.case.end_s)
+
+def make(job: Item, workdir: str) -> Made:
+    made: Draw | Case
+    if isinstance(job, str):
+        made, name = described(job), f"described.{job}"
+        case = made
+    else:
+        made, name = generator.draw(*job), f"{job[0]}.{job[1]}.{job[2]}"
+        case = made.case
+    path = Path(workdir) / f"{name}.draw"
+    path.write_bytes(pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
+    return Made(job, str(path), case.evaluation_s, case.end_s)
 
 
 def runs(items: Sequence[T], key: Callable[[T], Hashable], steps: Callable[[T], float],
@@ -89,8 +103,7 @@ def runs(items: Sequence[T], key: Callable[[T], Hashable], steps: Callable[[T], 
 
 def batches(made: Sequence[Made], size: int) -> list[list[Made]]:
     """Draws in runs (``runs``): one evaluation interval and rule file to a run."""
-    return runs(made, lambda m: (m.job[2] == SHORTENED, m.evaluation_s),
-                lambda m: m.steps, size)
+    return runs(made, lambda m: (m.shortened, m.evaluation_s), lambda m: m.steps, size)
 
 
 def run_cost(steps: Sequence[float]) -> float:
@@ -100,14 +113,16 @@ def run_cost(steps: Sequence[float]) -> float:
 
 
 def run_batch(made: Sequence[Made], workdir: str, promtool: str) -> list[Outcome]:
-    """Replay one batch (``batches``) and judge each draw of it."""
+    """Replay one batch (``batches``) and judge each draw of it: a draw by its class's
+    verdict, a described case by its own expectations."""
     start = time.monotonic()
-    draws: list[Draw] = [pickle.loads(Path(m.path).read_bytes()) for m in made]
-    stats = _replay_run([d.case for d in draws], workdir, promtool,
-                        shortened=made[0].job[2] == SHORTENED)
-    took = (time.monotonic() - start) / len(draws)
-    return [Outcome(m.job, d.label, generator.verdict(d, st), took)
-            for m, d, st in zip(made, draws, stats, strict=True)]
+    loaded: list[Draw | Case] = [pickle.loads(Path(m.path).read_bytes()) for m in made]
+    to_replay = [d.case if isinstance(d, Draw) else d for d in loaded]
+    stats = _replay_run(to_replay, workdir, promtool, shortened=made[0].shortened)
+    took = (time.monotonic() - start) / len(loaded)
+    return [Outcome(m.job, d.label, generator.verdict(d, st), took) if isinstance(d, Draw)
+            else Outcome(m.job, d.name, evaluate.problems(d, st), took)
+            for m, d, st in zip(made, loaded, stats, strict=True)]
 
 
 def _replay_run(run: Sequence[Case], workdir: str, promtool: str, shortened: bool = False
@@ -126,9 +141,9 @@ def _replay_run(run: Sequence[Case], workdir: str, promtool: str, shortened: boo
     return stats
 
 
-def replay_all(jobs: Sequence[Job], promtool: str, workers: int = 2, size: int = 10
+def replay_all(jobs: Sequence[Item], promtool: str, workers: int = 2, size: int = 10
                ) -> Iterator[Outcome]:
-    """Every job's outcome, as its batch ends."""
+    """Every job's outcome (a draw's or a described case's), as its batch ends."""
     with tempfile.TemporaryDirectory() as workdir, \
             ProcessPoolExecutor(max_workers=workers) as pool:
         made = list(pool.map(make, jobs, [workdir] * len(jobs)))
@@ -147,30 +162,5 @@ def described(name: str) -> Case:
     return next(c for c in converted.first_wave() if c.name == name)
 
 
-def _replay_described(names: Sequence[str], workdir: str, promtool: str
-                      ) -> dict[str, dict[Key, Stat]]:
-    stats = _replay_run([described(n) for n in names], workdir, promtool)
-    return dict(zip(names, stats, strict=True))
-
-
-def replay_described(names: Sequence[str], promtool: str, workers: int = 2, size: int = 10
-                     ) -> dict[str, dict[Key, Stat]]:
-    """The stats of each described case (by ``described`` name), in runs as the draws'."""
-    with tempfile.TemporaryDirectory() as workdir, \
-            ProcessPoolExecutor(max_workers=workers) as pool:
-        sized = list(zip(names, pool.map(_steps_of, names), strict=True))
-        futures = [pool.submit(_replay_described, [n for n, _ in run], workdir, promtool)
-                   for run in runs(sized, lambda x: x[1][0], lambda x: x[1][1], size)]
-        out: dict[str, dict[Key, Stat]] = {}
-        for future in as_completed(futures):
-            out.update(future.result())
-        return out
-
-
-def _steps_of(name: str) -> tuple[int, float]:
-    case = described(name)
-    return case.evaluation_s, case.end_s / case.evaluation_s
-
-
-__all__ = ["Job", "Made", "Outcome", "batches", "described", "make", "replay_all",
-           "replay_described", "run_batch", "run_cost", "runs"]
+__all__ = ["SHORTENED", "Item", "Job", "Made", "Outcome", "batches", "described", "make",
+           "replay_all", "run_batch", "run_cost", "runs"]

@@ -13,7 +13,7 @@ import pytest
 from alerts.generate import rules_yaml
 from alerts.scenarios import cases, converted, evaluate, sweep
 from alerts.scenarios.evaluate import Stat
-from alerts.scenarios.recording import STALE, Case, Key, Recorder, Scrape, rollouts
+from alerts.scenarios.recording import STALE, Case, Recorder, Scrape, rollouts
 from exporter.promql import CONFIG, HOUR, MINUTE
 
 PROMTOOL = shutil.which("promtool")
@@ -29,25 +29,10 @@ LONG = ("gaps", "rollout", "nightly_plateau", "one_page", "week_leak")
 
 
 def _case_param(make: Callable[[], Case]) -> object:
-    marks = [pytest.mark.replay_long] if make.__name__ in LONG else []
+    marks = [pytest.mark.replays(make.__name__)]
+    if make.__name__ in LONG:
+        marks.append(pytest.mark.replay_long)
     return pytest.param(make, id=make.__name__, marks=marks)
-
-
-@pytest.fixture(scope="module")
-def replayed(request: pytest.FixtureRequest) -> dict[str, dict[Key, Stat]]:
-    """The stats of the described cases this run selected, replayed once for the module
-    as the drawn scenarios are (``alerts.scenarios.sweep``: cases of one evaluation
-    interval and like length share a promtool run, two runs at a time)."""
-    assert PROMTOOL is not None
-    names: list[str] = []
-    for item in request.session.items:
-        if not isinstance(item, pytest.Function):
-            continue
-        if item.originalname == test_case_passes_on_the_shipped_rules.__name__:
-            names.append(item.callspec.params["make"].__name__)
-        elif item.originalname == test_first_wave_scenarios_pass.__name__:
-            names += [c.name for c in converted.first_wave()]
-    return sweep.replay_described(names, PROMTOOL, workers=2)
 
 
 @needs_promtool
@@ -56,9 +41,8 @@ def replayed(request: pytest.FixtureRequest) -> dict[str, dict[Key, Stat]]:
 @pytest.mark.xdist_group("drawn")
 @pytest.mark.parametrize("make", [_case_param(f) for f in cases.ALL])
 def test_case_passes_on_the_shipped_rules(make: Callable[[], Case],
-                                          replayed: dict[str, dict[Key, Stat]]) -> None:
-    case = make()
-    found = evaluate.problems(case, replayed[make.__name__])
+                                          replayed: dict[sweep.Item, sweep.Outcome]) -> None:
+    found = replayed[make.__name__].problems
     assert not found, found
 
 
@@ -66,12 +50,10 @@ def test_case_passes_on_the_shipped_rules(make: Callable[[], Case],
 @pytest.mark.prometheus
 @pytest.mark.replay
 @pytest.mark.xdist_group("drawn")
-def test_first_wave_scenarios_pass(replayed: dict[str, dict[Key, Stat]]) -> None:
-    bad = {}
-    for case in converted.first_wave():
-        found = evaluate.problems(case, replayed[case.name])
-        if found:
-            bad[case.name] = found
+@pytest.mark.replays(*(c.name for c in converted.first_wave()))
+def test_first_wave_scenarios_pass(replayed: dict[sweep.Item, sweep.Outcome]) -> None:
+    bad = {c.name: replayed[c.name].problems for c in converted.first_wave()
+           if replayed[c.name].problems}
     assert not bad
 
 
