@@ -4,6 +4,7 @@ shipped rules with promtool and print a pass count per class.
 
     python3 scripts/replay_draws.py                    # 30 draws of every class
     python3 scripts/replay_draws.py -n 5 -j 2 sawtooth ramp
+    python3 scripts/replay_draws.py --first 4 -n 4    # seeds 4-7 of every class
     python3 scripts/replay_draws.py --batch 1          # one promtool run per draw
 
 Draws that share an evaluation interval and a rule file, and are of like length, are
@@ -31,6 +32,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("classes", nargs="*", help="classes (default: all)")
     ap.add_argument("-n", "--draws", type=int, default=30)
+    ap.add_argument("--first", type=int, default=0,
+                    help="the first seed (a sweep continued: --first 4 -n 4 runs seeds 4-7)")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, help="one seed only")
     ap.add_argument("--variant", type=int, choices=(0, 1, 2))
@@ -41,7 +44,8 @@ def main() -> int:
         print("promtool is not installed", file=sys.stderr)
         return 2
     classes = args.classes or list(generator.CLASSES)
-    seeds = [args.seed] if args.seed is not None else list(range(args.draws))
+    seeds = [args.seed] if args.seed is not None else list(
+        range(args.first, args.first + args.draws))
     jobs = [(c, s, args.variant if args.variant is not None else s % 3)
             for s in seeds for c in classes]
     passed: dict[str, int] = dict.fromkeys(classes, 0)

@@ -71,7 +71,7 @@ v2guest_pid=$!
 # file outside those folders.
 echo "== tests (unit, golden, real kernel, promtool, Prometheus, chart, dashboards)"
 HEADROOM_REQUIRE_HELM=1 HEADROOM_REQUIRE_ONCALL_TOOLS=1 \
-    python3 -m pytest -q -m "not vllm and not v2guest and not replay and not sandbox"
+    python3 -m pytest -q --durations=15 -m "not vllm and not v2guest and not replay and not sandbox"
 
 echo "== black box: hostile vLLM pods against headroom serve in a PID + network sandbox"
 HEADROOM_REQUIRE_SANDBOX=1 python3 -m pytest -q -rA -m sandbox
