@@ -3,15 +3,15 @@
 tests/unit/test_scenarios.py, in one pool) and ``scripts/replay_draws.py`` both run their
 draws here.
 
-Each draw (or described case) is made once, in the pool, and kept on disk (its series are
-far too big to send between processes); what it shares a run by is known only then. Draws that share
-an evaluation interval and a rule file (the shortened ranges of variant 2 are a rule
-file of their own) share a promtool run (``batch.replay``: each draw's pods and
-instances apart), up to ``size`` per run. A run lasts as long as its longest draw and
-each draw in it adds about a quarter of a single replay that long (``batch``), so a
-run takes only draws at least ``SPAN_SHARE`` as long as its longest: at stop 44, ten
-draws of 10-227 h to a run made the replay tier slower than one run per draw. The
-costliest runs start first, so that two workers end together.
+Each draw (or described case) is made once, in the pool, and kept on disk (its series
+are far too big to send between processes); what it shares a run by is known only then.
+Draws that share an evaluation interval and a rule file (the shortened ranges of
+variant 2 are a rule file of their own) share a promtool run (``batch.replay``: each
+draw's pods and instances apart), up to ``size`` per run. A run lasts as long as its
+longest draw and each draw in it adds about a quarter of a single replay that long
+(``batch``), so a run takes only draws at least ``SPAN_SHARE`` as long as its longest:
+at stop 44, ten draws of 10-227 h to a run made the replay tier slower than one run per
+draw. The costliest runs start first, so that two workers end together.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import pickle
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from alerts.generate import rules_yaml
 
@@ -35,7 +34,6 @@ from .recording import Case, Key
 
 Job = tuple[str, int, int]  # class, seed, variant
 Item = Job | str  # a drawn job, or a described case by name (``described``)
-T = TypeVar("T")
 SHORTENED = 2  # the variant whose rules have every range 1 ms shorter
 # A draw joins a run whose longest draw is at most this many times its own length: below
 # about a quarter it costs the run more than it saves alone (measured, ``batch``).
@@ -70,40 +68,33 @@ class Made:
 
 
 def make(job: Item, workdir: str) -> Made:
-    made: Draw | Case
+    kept: Draw | Case
     if isinstance(job, str):
-        made, name = described(job), f"described.{job}"
-        case = made
+        kept, name = described(job), f"described.{job}"
+        case = kept
     else:
-        made, name = generator.draw(*job), f"{job[0]}.{job[1]}.{job[2]}"
-        case = made.case
+        kept, name = generator.draw(*job), f"{job[0]}.{job[1]}.{job[2]}"
+        case = kept.case
     path = Path(workdir) / f"{name}.draw"
-    path.write_bytes(pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
+    path.write_bytes(pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
     return Made(job, str(path), case.evaluation_s, case.end_s)
 
 
-def runs(items: Sequence[T], key: Callable[[T], Hashable], steps: Callable[[T], float],
-         size: int) -> list[list[T]]:
-    """Items that can share a promtool run (one ``key``: an evaluation interval and a
-    rule file), the longest first, each run ``size`` items at most, none shorter than
-    ``SPAN_SHARE`` of its run's longest (in evaluation ``steps``); the costliest runs
-    first."""
-    groups: dict[Hashable, list[T]] = {}
-    for item in sorted(items, key=steps, reverse=True):
-        groups.setdefault(key(item), []).append(item)
-    out: list[list[T]] = []
+def batches(made: Sequence[Made], size: int) -> list[list[Made]]:
+    """Draws that can share a promtool run (one evaluation interval and rule file), the
+    longest first, each run ``size`` draws at most, none shorter than ``SPAN_SHARE`` of
+    its run's longest (in evaluation steps); the costliest runs first."""
+    groups: dict[tuple[bool, int], list[Made]] = {}
+    for m in sorted(made, key=lambda m: m.steps, reverse=True):
+        groups.setdefault((m.shortened, m.evaluation_s), []).append(m)
+    out: list[list[Made]] = []
     for group in groups.values():
         while group:
-            longest = steps(group[0])
-            run = [i for i in group if steps(i) >= SPAN_SHARE * longest][:size]
+            longest = group[0].steps
+            run = [m for m in group if m.steps >= SPAN_SHARE * longest][:size]
             out.append(run)
-            group = [i for i in group if i not in run]
-    return sorted(out, key=lambda run: run_cost([steps(i) for i in run]), reverse=True)
-
-
-def batches(made: Sequence[Made], size: int) -> list[list[Made]]:
-    """Draws in runs (``runs``): one evaluation interval and rule file to a run."""
-    return runs(made, lambda m: (m.shortened, m.evaluation_s), lambda m: m.steps, size)
+            group = [m for m in group if m not in run]
+    return sorted(out, key=lambda run: run_cost([m.steps for m in run]), reverse=True)
 
 
 def run_cost(steps: Sequence[float]) -> float:
@@ -163,4 +154,4 @@ def described(name: str) -> Case:
 
 
 __all__ = ["SHORTENED", "Item", "Job", "Made", "Outcome", "batches", "described", "make",
-           "replay_all", "run_batch", "run_cost", "runs"]
+           "replay_all", "run_batch", "run_cost"]
