@@ -40,6 +40,14 @@ def from_scenario(s: object) -> Case:
                 min_lead_s=leads)
 
 
+def first_wave_names() -> list[str]:
+    """The first wave's case names, without converting its series (a test's marks name
+    them at collection)."""
+    from . import first_wave as fw
+
+    return [s.name for s in fw.all_scenarios()]
+
+
 @functools.cache
 def first_wave() -> tuple[Case, ...]:
     """The first wave's scenarios as cases, converted once per process (every described

@@ -15,6 +15,7 @@ xdist they all go to one worker (``--dist loadgroup``)."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -141,8 +142,6 @@ def test_runs_take_draws_of_like_length_and_the_costliest_start_first() -> None:
 def test_a_described_case_shares_the_pool_as_a_draw_does(tmp_path: Path) -> None:
     """The one pool takes described cases by name beside drawn jobs: each is made to
     disk with what it shares a run by; only variant 2 replays on the shortened rules."""
-    import pickle
-
     case = sweep.described("fast_ramp")
     made = sweep.make("fast_ramp", str(tmp_path))
     assert (made.evaluation_s, made.end_s, made.shortened) == (

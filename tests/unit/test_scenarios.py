@@ -50,7 +50,7 @@ def test_case_passes_on_the_shipped_rules(make: Callable[[], Case],
 @pytest.mark.prometheus
 @pytest.mark.replay
 @pytest.mark.xdist_group("drawn")
-@pytest.mark.replays(*(c.name for c in converted.first_wave()))
+@pytest.mark.replays(*converted.first_wave_names())
 def test_first_wave_scenarios_pass(replayed: dict[sweep.Item, sweep.Outcome]) -> None:
     bad = {c.name: replayed[c.name].problems for c in converted.first_wave()
            if replayed[c.name].problems}
