@@ -220,14 +220,13 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         # their own forecast (where the lasting horizon sees growth), and how close they
         # came to the limit in units of the memory's noise (wherever it has noise: a pod
         # whose peaks sit within it is killed by its next excursion, growing or not).
-        # The envelope's youngest peak is an hour old (it ends where the last hour's
-        # begins): the trend has carried the peaks' line on by an hour since, so its
-        # time to the limit is an hour shorter than from the figure. Peaks that rise with
-        # a leak (bursts, teeth) held a day-old figure's forecast still and never paged.
+        # The envelope carried on by the trend since each of its peaks (PEAK_CARRIED):
+        # peaks that rise with a leak (bursts, teeth of irregular height) whose tallest
+        # came hours ago held a still figure's forecast and paged late or never.
         (q.ENVELOPE_TIME_TO_LIMIT, expr(
-            "clamp_min(clamp_min(${limit} - ${env}, 0) / on ${g} ${rate} - ${age}, 0)",
-            limit=q.LIMIT, env=envelope, g=gb, rate=lasting_rate,
-            age=number(config.hourly_window_s))),
+            "clamp_min(${limit} - ${carried}, 0) / on ${g} ${rate}",
+            limit=q.LIMIT, carried=f"last_over_time({q.PEAK_CARRIED}[{hold_lasting}])",
+            g=gb, rate=lasting_rate)),
         (q.PEAK_HEADROOM_SWINGS, expr(
             """
               clamp_min(${limit} - last_over_time(${level}[${hold}]), 0)

@@ -32,17 +32,19 @@ def _pattern_ceiling(config: Config) -> str:
     envelope = q.PEAK_ENVELOPE
     margin = f"{config.fill_beyond_peaks_ratio} * {q.LIMIT}"
     # A share of the teeth's height where that is more than the margin and the floor is
-    # known not to rise: the envelope over the floor, less the window's lasting trend.
-    # Over a rising floor (a leak under a daily swing, whose troughs are releases too)
-    # a climb above the envelope is the leak's until it is more than the margin beyond.
+    # known not to rise or the pattern has teeth: the envelope over the floor, less the
+    # window's lasting trend. Over a rising floor without teeth (a leak under a daily
+    # swing, whose troughs are releases too) a climb above the envelope is the leak's
+    # until it is more than the margin beyond; a sawtooth's flushes over a leak are
+    # still teeth of irregular height.
     teeth = expr(
         "(${share} * (${env} - on ${g} ${floor} - on ${g} ${bw} * ${trend} or ${env} - on ${g}"
-        " ${floor}) > on ${g} ${margin} and on ${g} ${rise} <= on ${g} ${minimum}"
-        " or on ${g} ${margin})",
+        " ${floor}) > on ${g} ${margin} and on ${g} (${rise} <= on ${g} ${minimum}"
+        " or on ${g} ${has_teeth}) or on ${g} ${margin})",
         share=config.fill_beyond_teeth_share, env=envelope, g=g,
         floor=q.UNRECLAIMABLE_BASELINE, margin=margin, bw=config.baseline_window_s,
         rise=f"last_over_time({q.UNRECLAIMABLE_BASELINE_RISE}[{hold}])",
-        minimum=min_rise(config),
+        minimum=min_rise(config), has_teeth=q.TEETH,
         trend=f'clamp_min(last_over_time({q.GROWTH}{{horizon="lasting"}}'
               f'[{hold}]), 0)')
     # After a release a climb above the peaks is the next tooth while it stays within
@@ -261,6 +263,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                   f" offset {bw})")
     peaks_rise = (f"({q.PEAK_ENVELOPE_RISE} < on {gb} {env_before} or on {gb} {env_before}"
                   f" <= on {gb} {q.PEAK_ENVELOPE_RISE})")
+    part_s = config.baseline_window_s // config.envelope_parts
+    rate = f'{q.GROWTH}{{horizon="lasting"}}'
+    carried = expr(
+        "max by ${g} (\n    ${parts}\n)", g=gb, parts="\n  or\n    ".join(
+            f'label_replace(max_over_time({q.HOURLY_MAX}[{duration(part_s)}] offset '
+            f'{duration(config.hourly_window_s + k * part_s)}), "part", "{k}", "", "")'
+            f" + on {gb} {rate} * {config.hourly_window_s + k * part_s}"
+            for k in range(config.envelope_parts)))
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -365,6 +375,17 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.RELEASED, expr(
             "max by ${g} (present_over_time(${sign}{sign=\"release\"}[${w}]))",
             g=gb, sign=q.PATTERN_SIGN, w=duration(config.release_window_s))),
+        # A sharp fall (a flush, a batch's end, a restart): 0 or 1 on every cgroup, so
+        # that its changes over the envelope window count the falls (each reads 1 at
+        # one or two evaluations: the window is longer than the interval and a step).
+        (q.SHARP_RELEASE, expr(
+            "max_over_time(${u}[${w}]) - ${u} > bool ${r} * ${limit}",
+            u=q.UNRECLAIMABLE, w=duration(config.sharp_release_window_s),
+            r=config.pattern_swing_ratio, limit=q.LIMIT)),
+        # At least teeth_min_releases falls: k falls change the series 2k times at
+        # most, so more than 2n - 2 changes are n falls or more.
+        (q.TEETH, f"(changes({q.SHARP_RELEASE}[{bw}]) > {2 * config.teeth_min_releases - 2})"
+                  " * 0 + 1"),
         (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),
@@ -404,6 +425,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
             hold=floor_memory_hold,
             bw_s=bw_s)),
+        # Each part of the envelope window's highest hourly maximum carried on by the
+        # trend since the part ended: a peak as tall as the day's tallest, now.
+        (q.PEAK_CARRIED, carried),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted by a period of lasting growth.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(

@@ -206,12 +206,53 @@ def filling_up_warning(cfg: Config) -> Test:
         ],
         "promql_expr_test": [
             *boundary("HeadroomMemoryFillingUp", "warning", "vllm", fires, LONG_STEP),
+            # A steady leak's tallest peak is its last: carried on by the trend since
+            # each part of the day ended, it is the figure now.
+            {"expr": f"abs({q.PEAK_CARRIED} - {q.UNRECLAIMABLE}) < bool {MiB}",
+             "eval_time": dur(on),
+             "exp_samples": [{"labels": f"{{{_labels(workload())}}}", "value": 1}]},
             # Eight hours of headroom at the drop, seven an hour later: no page yet.
             {"expr": (
                 'count(ALERTS{alertname="HeadroomMemoryFillingUp", severity="critical"})'),
              "eval_time": dur(on + HOUR), "exp_samples": []},
         ],
     }
+
+
+def teeth(cfg: Config) -> Test:
+    # Under a 32 GiB limit, 8 GiB every 4 h: pod t fills for 3 h 55 min and is flushed at
+    # once (six sharp releases a day: teeth); pod s climbs for 2 h and falls for 2 h (a
+    # swing: 2 % of the limit per 10 min, no sharp release). Only t has teeth.
+    period, n = 4 * HOUR // LONG_STEP, (DAY + HOUR) // LONG_STEP + 1
+    half = period // 2
+
+    def values(shape: Callable[[int], float]) -> str:
+        return " ".join(str(whole(8 * GiB + 8 * GiB * shape(i % period))) for i in range(n))
+
+    inputs = [
+        series(c.MEMORY_UNRECLAIMABLE_BYTES.name,
+               values(lambda i: i / (period - 1)), **workload("t")),
+        series(c.MEMORY_UNRECLAIMABLE_BYTES.name,
+               values(lambda i: i / half if i < half else 2 - i / half), **workload("s")),
+        *(series(c.MEMORY_LIMIT_BYTES.name, f"{32 * GiB}x{n}", **workload(p)) for p in "ts"),
+        series("up", f"1x{n}"),
+    ]
+    return {
+        "name": "TEETH: sharp releases, not a swing's falls",
+        "interval": dur(LONG_STEP),
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": q.TEETH, "eval_time": dur(DAY),
+             "exp_samples": [{"labels": f"{q.TEETH}{{{_labels(workload('t'))}}}",
+                              "value": 1}]},
+            # The first flush, 4 h in: one release is no teeth yet.
+            {"expr": q.TEETH, "eval_time": dur(5 * HOUR), "exp_samples": []},
+        ],
+    }
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
 def filling_up_noise_band(cfg: Config) -> Test:

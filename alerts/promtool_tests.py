@@ -34,6 +34,7 @@ from .promtool_memory import (
     near_limit_after_growth,
     near_limit_flat,
     reclaim,
+    teeth,
     weekly_pattern,
 )
 from .promtool_series import LONG_STEP, dur
@@ -76,7 +77,7 @@ def long_unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "evaluation_interval": dur(LONG_STEP),
         "group_eval_order": group_order(cfg),
         "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden,
-                                   weekly_pattern, growing_batch)],
+                                   weekly_pattern, growing_batch, teeth)],
     }
 
 

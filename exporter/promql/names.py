@@ -53,6 +53,7 @@ UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
 UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_LEVEL = "headroom:memory_peak_level:bytes"
+PEAK_CARRIED = "headroom:memory_peak_envelope:carried"
 PEAK_ENVELOPE_RISE = "headroom:memory_peak_envelope:rise"
 HOURLY_RANGE = "headroom:memory_unreclaimable:hourly_range"
 HOURLY_NOISE = "headroom:memory_unreclaimable:hourly_noise"
@@ -60,6 +61,8 @@ QUIET_SWING = "headroom:memory_unreclaimable:quiet_swing"
 PATTERN_SIGN = "headroom:memory_pattern_sign:bool"  # label sign: release, quiet
 PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
+SHARP_RELEASE = "headroom:memory_sharp_release:bool"  # 0 or 1, every cgroup
+TEETH = "headroom:memory_teeth:bool"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
@@ -131,10 +134,10 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     TIME_TO_LIMIT: "the soonest forecast that counts, one series per cgroup: short and "
     "medium only where the climb goes beyond the pattern, lasting always; label horizon "
     "says which binds. The page reads this",
-    ENVELOPE_TIME_TO_LIMIT: "seconds until the envelope of the peaks (before the last "
-    "hour) reaches the limit in force now at the lasting rate, less the hour the trend "
-    "has carried its youngest peak on since: the peaks' own forecast, which a tooth "
-    "climbing now does not move; present only with lasting growth",
+    ENVELOPE_TIME_TO_LIMIT: "seconds until the envelope of the peaks carried on by the "
+    "lasting trend (PEAK_CARRIED) reaches the limit in force now at the lasting rate: "
+    "the peaks' own forecast, which a tooth climbing now does not move; present only "
+    "with lasting growth",
     PEAK_HEADROOM_SWINGS: "the headroom above the peaks (their envelope, or the last "
     "hour's highest figure above it) in quiet-hour swings (QUIET_SWING), where the "
     "memory has noise: below half a swing the next excursion like the quietest "
@@ -203,9 +206,16 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "has only climbed since it appeared is not known: a warm-up, a first tooth)",
     RELEASED: "1 where a release was seen within the release window: a climb above the "
     "peaks is the next tooth or swing until it beats the envelope's own recent rise",
+    SHARP_RELEASE: "1 where the figure fell by more than the pattern swing within the "
+    "sharp-release window (a flush, a batch's end, a restart), else 0: each fall reads "
+    "1 at one or two lasting evaluations",
+    TEETH: "1 where the envelope window held at least three sharp releases (SHARP_RELEASE "
+    "changed five times or more): a sawtooth's teeth, which a daily swing (it falls over "
+    "hours) does not have",
     PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
     "plus a margin (1 % of the limit; after a release the larger of that and, where the "
-    "floor is known not to rise, 30 % of the teeth's height, the envelope over the floor "
+    "floor is known not to rise or the pattern has teeth (TEETH), 30 % of the teeth's "
+    "height, the envelope over the floor "
     "less a day of the lasting trend, plus "
     "the envelope's rise over the release window, at most a release window of the "
     "lasting trend where one exists; none where the envelope is what the "
@@ -215,6 +225,11 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
+    PEAK_CARRIED: "where the tallest peak of the envelope window stands now if it recurs: "
+    "per part of the window (a quarter), its highest hourly maximum plus the lasting "
+    "trend since the part ended, the highest of the parts (the first part's peaks are "
+    "an hour old); present only with lasting growth. A tooth or a burst as tall as the "
+    "day's tallest, a day of leak later, is that much higher",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus a period of lasting "
     "growth (absent without lasting growth)",

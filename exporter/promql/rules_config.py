@@ -112,6 +112,11 @@ class Config:
     pattern_period_s: int = DAY
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
+    # The peaks' own forecast carries each part of the envelope window on by the lasting
+    # trend since that part ended (the highest of the parts): the tallest tooth or burst
+    # of the day, recurring now, stands higher by the leak since it came. This many
+    # parts; a peak's age is read to within a part (the envelope window over this).
+    envelope_parts: int = 4
     # The floor's rise is measured from the highest floor of this long before the last
     # envelope window (recorded every floor_memory_interval_s), not only the floor one
     # window ago: a weekly pattern's weekday floor comes back to last week's and is no
@@ -184,6 +189,16 @@ class Config:
     # load, not on a clock) top the day's tallest by a part of their own height, and that
     # is the pattern, not a climb beyond it.
     fill_beyond_teeth_share: float = 0.3
+    # ...and over a rising floor too where the pattern has teeth: at least this many
+    # sharp releases (a fall of pattern_swing_ratio of the limit within
+    # sharp_release_window_s: a flush) over the envelope window. A daily swing falls
+    # over hours and has none, so a leak out of it still counts beyond the margin; a
+    # cache flushed at irregular times over a leak tops the day's tallest tooth by a
+    # part of a tooth's height, and that is its pattern, not the kill.
+    teeth_min_releases: int = 3
+    # Longer than the lasting interval plus the evaluation interval: each fall is seen
+    # at one or two lasting evaluations, whatever the phase.
+    sharp_release_window_s: int = 10 * MINUTE
     fill_critical_for_s: int = 5 * MINUTE
     # A page stays on while the pod keeps being OOM-killed and grows again within this
     # window of a kill (a crash loop under the same pod name: one stream of pages).
@@ -278,6 +293,8 @@ class Config:
                 raise ValueError(f"{f} must be within 0..1")
         if not {"namespace", "pod", "container"} <= set(self.group_labels):
             raise ValueError("group_labels must keep namespace, pod and container")
+        if self.envelope_parts < 1 or self.teeth_min_releases < 1:
+            raise ValueError("envelope_parts and teeth_min_releases must be at least 1")
         if not self.node_labels:
             raise ValueError("node_labels must name at least one label")
         return self

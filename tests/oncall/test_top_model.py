@@ -574,23 +574,27 @@ def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> No
     assert [r.pod for r in sort_rows(rows, "t")] == ["slow", "fast", "calm"]
 
 
-def test_a_tooth_within_the_teeths_spread_is_the_pattern_over_a_flat_floor_only() -> None:
+def test_a_tooth_within_the_teeths_spread_is_the_pattern_unless_a_swing_leaks() -> None:
     """CLIMB_BEYOND_PATTERN's teeth margin, mirrored: teeth of 8 GiB every 4 h, the last
-    one 10 GiB and 95 % up, 1.5 GiB above every peak of the day. Over a flat floor that is
-    within 30 % of the teeth's height: the pattern, no short or medium forecast. Over a
-    floor that rises 2 GiB a day (a leak), the margin is the peaks' own 1 % of the limit
-    and the climb is beyond the pattern."""
+    one 10 GiB and 95 % up, 1.5 GiB above every peak of the day. Flushed at once (teeth:
+    TEETH), that is within 30 % of the teeth's height over a flat floor or one that rises
+    2 GiB a day: the pattern, no short or medium forecast. Falling over two hours (a
+    swing, no sharp release) over that rising floor, the margin is the peaks' own 1 % of
+    the limit and the climb is beyond the pattern."""
     from exporter.oncall.forecast.series import envelope, growth, highest
 
     w = fc.Windows.of()
     day, period, limit = 86400.0, 4 * 3600.0, 32 * GiB
-    now = 3 * day + 0.95 * period
 
-    def tooth(t: float) -> float:
-        height = 10 * GiB if t // period == now // period else 8 * GiB
-        return height * (t % period) / period
+    def forecast(leak: float, fall: float) -> dict[str, float]:
+        climb = period - fall
+        now = 3 * day + 0.95 * climb
 
-    def forecast(leak: float) -> dict[str, float]:
+        def tooth(t: float) -> float:
+            height = 10 * GiB if t // period == now // period else 8 * GiB
+            into = t % period
+            return height * (into / climb if into < climb else 1 - (into - climb) / fall)
+
         pts = [(t, 14 * GiB + leak * t / day + tooth(t))
                for t in (i * 60.0 for i in range(int(now / 60) + 1))]
         rates = growth(pts, now, w, limit)
@@ -598,5 +602,6 @@ def test_a_tooth_within_the_teeths_spread_is_the_pattern_over_a_flat_floor_only(
             limit, pts[-1][1], highest(pts, now - w.peak, now) or 0.0, rates,
             envelope(pts, now, w), w, None, pts, now)
 
-    assert not {"short", "medium"} & set(forecast(0.0))
-    assert {"short", "medium"} & set(forecast(2 * GiB))
+    assert not {"short", "medium"} & set(forecast(0.0, 60.0))
+    assert not {"short", "medium"} & set(forecast(2 * GiB, 60.0))
+    assert {"short", "medium"} & set(forecast(2 * GiB, 2 * 3600.0))

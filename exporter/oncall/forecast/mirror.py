@@ -33,6 +33,7 @@ from exporter.oncall.forecast.series import (
     pattern_signs,
     quiet_swing,
     slope,
+    teeth,
 )
 from exporter.promql import (
     CONFIG,
@@ -123,11 +124,12 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         margin = w.beyond_ratio * limit
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
-            # window of the trend, where more and the floor is known not to rise) plus
-            # the envelope's own rise since, at most a release window of the trend
-            # where it exists.
+            # window of the trend, where more and the floor is known not to rise or
+            # the pattern has teeth) plus the envelope's own rise since, at most a
+            # release window of the trend where it exists.
             low = floor(points, now, w)
-            if low is not None and (r := rise()) is not None and r <= min_rise(w, limit):
+            if low is not None and (((r := rise()) is not None and r <= min_rise(w, limit))
+                                    or teeth(points, now, w, limit)):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)

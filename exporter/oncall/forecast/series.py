@@ -5,6 +5,7 @@ over points a surface read itself."""
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -39,6 +40,10 @@ class Windows:
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
     teeth_share: float = 0.3  # ...while within this share of the teeth's height
+    # ...over a rising floor too where this many sharp releases (a fall of the swing
+    # within sharp_release) came over the envelope window: teeth, not a daily swing.
+    teeth_min_releases: int = 3
+    sharp_release: float = 600.0
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
     # The short horizon's new highs count beyond this share of the quiet hours' swing.
     climbing_noise_share: float = 0.5
@@ -63,6 +68,8 @@ class Windows:
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
                    teeth_share=config.fill_beyond_teeth_share,
+                   teeth_min_releases=config.teeth_min_releases,
+                   sharp_release=config.sharp_release_window_s,
                    floor_memory=config.floor_memory_s,
                    climbing_noise_share=config.climbing_noise_share,
                    medium_climbing=config.medium_climbing_window_s,
@@ -346,3 +353,20 @@ def pattern_signs(points: Sequence[Point], now: float, w: Windows, limit: float
         known = known or release or quiet
         t += w.lasting_interval
     return known, released
+
+
+def teeth(points: Sequence[Point], now: float, w: Windows, limit: float) -> bool:
+    """TEETH: SHARP_RELEASE (the figure now below the highest of the sharp-release
+    window by more than the swing: 1, else 0) at the lasting evaluations of the envelope
+    window changed more than 2n - 2 times: n sharp releases at least. A daily swing
+    falls over hours and has none."""
+    swing = w.swing_ratio * limit
+    flags: list[bool] = []
+    t = now - w.baseline + w.lasting_interval
+    while t <= now + 1e-9:
+        pts = between(points, t - w.sharp_release, t)
+        if pts:
+            flags.append(max(v for _, v in pts) - pts[-1][1] > swing)
+        t += w.lasting_interval
+    changes = sum(a != b for a, b in itertools.pairwise(flags))
+    return changes > 2 * w.teeth_min_releases - 2
