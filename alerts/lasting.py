@@ -264,12 +264,14 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     peaks_rise = (f"({q.PEAK_ENVELOPE_RISE} < on {gb} {env_before} or on {gb} {env_before}"
                   f" <= on {gb} {q.PEAK_ENVELOPE_RISE})")
     part_s = config.baseline_window_s // config.envelope_parts
+    # group_left keeps each part's label (one-to-one matching on the group labels would
+    # drop it, and `or` would then keep the first part alone).
     rate = f'{q.GROWTH}{{horizon="lasting"}}'
     carried = expr(
         "max by ${g} (\n    ${parts}\n)", g=gb, parts="\n  or\n    ".join(
             f'label_replace(max_over_time({q.HOURLY_MAX}[{duration(part_s)}] offset '
             f'{duration(config.hourly_window_s + k * part_s)}), "part", "{k}", "", "")'
-            f" + on {gb} {rate} * {config.hourly_window_s + k * part_s}"
+            f" + on {gb} group_left () {rate} * {config.hourly_window_s + k * part_s}"
             for k in range(config.envelope_parts)))
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),

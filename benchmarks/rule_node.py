@@ -122,6 +122,7 @@ def _rows(cgroups: list[Cgroup], instance: str) -> dict[str, Callable[[], Iterat
         "tmpfs": lambda: ((f'{cg.labels},mount="/dev/shm"', float(GiB), 0.0) for cg in pods),
         "one": lambda: ((cg.labels, 1.0, 0.0) for cg in ctr),
         "range": lambda: ((cg.labels, 10**JITTER_DIGITS, 0.0) for cg in cgroups),
+        "zero": lambda: ((cg.labels, 0.0, 0.0) for cg in cgroups),
     }
 
 
@@ -173,6 +174,7 @@ HISTORY: tuple[tuple[str, str, tuple[Span, ...]], ...] = (
     (q.GREW, "leak", ((DAY + 5 * MINUTE, 0, LASTING_S),)),  # max_over_time[1d]
     (q.VLLM_ANSWERED, "one", ((DAY + 5 * MINUTE, 0, LASTING_S),)),  # max_over_time[1d]
     (q.HOURLY_RANGE, "range", ((15 * MINUTE, 0, LASTING_S),)),
+    (q.SHARP_RELEASE, "zero", ((DAY + 5 * MINUTE, 0, LASTING_S),)),  # changes[1d]
 )
 
 
