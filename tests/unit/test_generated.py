@@ -46,10 +46,16 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 # rose 4.7 % of the limit above it and paged on a known pattern (a tooth may now top the
 # envelope by 30 % of the teeth's height); a leak out of a daily swing, 1.4 days old at
 # the kill, that paged 13 minutes ahead (the envelope's rise over the release window, the
-# leak's own climb, held it within the pattern: now at most 6 h of the lasting trend).
+# leak's own climb, held it within the pattern: now at most 6 h of the lasting trend); a
+# cache flushed at irregular times over a leak whose tooth topped the day's tallest by 3 %
+# of the limit and paged 15 h early (the teeth's share held over a flat floor only: it
+# now holds wherever the pattern has teeth, TEETH); another whose killing tooth topped
+# the envelope by 4 % of the limit, paged 2 minutes ahead (the day's tallest tooth,
+# 10 h old, was read an hour of trend on: PEAK_CARRIED now carries it 7 h on).
 REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
                ("nightly-plateau", 28, 1), ("accelerating", 8, 2), ("growing-batch", 12, 0),
-               ("bursty-leak", 10, 1), ("jittered-sawtooth-healthy", 4, 1), ("late-leak", 1, 1)]
+               ("bursty-leak", 10, 1), ("jittered-sawtooth-healthy", 4, 1), ("late-leak", 1, 1),
+               ("jittered-sawtooth", 4, 1), ("jittered-sawtooth", 5, 2)]
 # A class's fixed draw is seed 0 unless that replays far longer than the class needs (in
 # evaluation steps, what a replay's time follows): then a seed of the first six that
 # replays the same property in about half the steps or fewer, at a scrape interval the tier
