@@ -264,15 +264,30 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     peaks_rise = (f"({q.PEAK_ENVELOPE_RISE} < on {gb} {env_before} or on {gb} {env_before}"
                   f" <= on {gb} {q.PEAK_ENVELOPE_RISE})")
     part_s = config.baseline_window_s // config.envelope_parts
-    # group_left keeps each part's label (one-to-one matching on the group labels would
-    # drop it, and `or` would then keep the first part alone).
     rate = f'{q.GROWTH}{{horizon="lasting"}}'
+    # The envelope an hour of trend on (its youngest peak is that old); where the
+    # pattern has teeth, each older part of the window carried on by the trend since it
+    # ended, the highest: a flush's or a burst's timing is chance, and the day's tallest
+    # may recur at any hour. A daily crest recurs at its hour, which the daily pattern
+    # forecasts. group_left keeps each part's label (one-to-one matching on the group
+    # labels would drop it, and `or` would then keep one part alone).
+    older = "\n  or\n    ".join(
+        f'label_replace(max_over_time({q.HOURLY_MAX}[{duration(part_s)}] offset '
+        f'{duration(config.hourly_window_s + k * part_s)}), "part", "{k}", "", "")'
+        f" + on {gb} group_left () {rate} * {config.hourly_window_s + k * part_s}"
+        for k in range(1, config.envelope_parts))
     carried = expr(
-        "max by ${g} (\n    ${parts}\n)", g=gb, parts="\n  or\n    ".join(
-            f'label_replace(max_over_time({q.HOURLY_MAX}[{duration(part_s)}] offset '
-            f'{duration(config.hourly_window_s + k * part_s)}), "part", "{k}", "", "")'
-            f" + on {gb} group_left () {rate} * {config.hourly_window_s + k * part_s}"
-            for k in range(config.envelope_parts)))
+        """
+        max by ${g} (
+            label_replace(${env}, "part", "0", "", "") + on ${g} group_left () ${rate} * ${hw_s}
+          or
+            (
+                ${older}
+            )
+            and on ${g} ${has_teeth}
+        )""",
+        g=gb, env=q.PEAK_ENVELOPE, rate=rate, hw_s=config.hourly_window_s,
+        older=indent(older, 4).strip(), has_teeth=q.TEETH)
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -427,8 +442,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
             hold=floor_memory_hold,
             bw_s=bw_s)),
-        # Each part of the envelope window's highest hourly maximum carried on by the
-        # trend since the part ended: a peak as tall as the day's tallest, now.
+        # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
         (q.PEAK_CARRIED, carried),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted by a period of lasting growth.

@@ -529,10 +529,9 @@ def growing_batch(cfg: Config) -> Test:
     """A nightly batch over a flat 16 GiB floor under a 29 GiB limit (from 02:00, ramped
     up over 15 minutes, 25 minutes at its peak), the peak 2 GiB higher each night: 22,
     24, 26, 28 GiB. The floor never rises; the peaks have risen two days running above
-    every peak before: lasting growth of 2 GiB a day, a ticket, and the page three hours
-    before the fifth night's batch (the peaks carried on by the trend are past the limit
-    all day, and the daily pattern holds that term back until its three-hour window
-    holds last night's batch). The fourth night's batch pages not: it climbs where the
+    every peak before: lasting growth of 2 GiB a day, a ticket, and the page two hours
+    before the fifth night's batch (yesterday's peak plus a day's growth reaches the
+    limit within two hours). The fourth night's batch pages not: it climbs where the
     pattern puts it. Its twin runs the same batch at 26 GiB every night: no growth, no
     alert."""
     limit, floor = 29 * GiB, 16 * GiB
@@ -564,10 +563,9 @@ def growing_batch(cfg: Config) -> Test:
     alerts = ('count by (pod, severity) (ALERTS{alertstate="firing", '
               'alertname="HeadroomMemoryFillingUp"})')
     third_day = 3 * DAY + 12 * HOUR
-    # The three-hour pattern window holds the fourth batch's peak (from 02:15) from 23:15
-    # of the fourth day: the peaks' own forecast (PEAK_CARRIED: the fourth batch plus
-    # 13 h or more of the trend, past the limit) pages from there.
-    pattern = nights * DAY - HOUR + 15 * MINUTE
+    # The two-hour pattern window holds the fourth batch's peak (from 02:15) from 00:15
+    # of the fifth day: the lasting horizon reads "within 2 h", which pages.
+    pattern = nights * DAY + 15 * MINUTE
     return {
         "name": "HeadroomMemoryFillingUp: a nightly batch whose peaks grow over a flat "
                 "floor tickets, and pages two hours before the batch that crosses",
@@ -578,13 +576,13 @@ def growing_batch(cfg: Config) -> Test:
              "exp_samples": [{"labels": '{pod="g"}', "value": 1}]},
             {"expr": alerts, "eval_time": dur(third_day),
              "exp_samples": [{"labels": '{pod="g", severity="warning"}', "value": 1}]},
-            # The last batch ended 9 h 20 min before, in the second quarter of the
-            # envelope window: the peaks' own forecast carries it on by the 7 h of trend
-            # since that quarter ended.
+            # A batch that comes once a night has no teeth: its peak recurs at its hour
+            # (the daily pattern's to forecast), so the peaks' own forecast carries the
+            # envelope on by an hour of trend only, not by the 7 h since the last batch.
             {"expr": f"round(({q.PEAK_CARRIED} - {q.PEAK_ENVELOPE})"
                      f" / on (namespace, pod, container) {q.GROWTH}{{horizon=\"lasting\"}})",
              "eval_time": dur(third_day),
-             "exp_samples": [{"labels": f"{{{_labels(workload('g'))}}}", "value": 7 * 3600}]},
+             "exp_samples": [{"labels": f"{{{_labels(workload('g'))}}}", "value": 3600}]},
             # The fourth batch, at 28 GiB, climbs a day of the trend above the third:
             # the pattern, not a climb to page (only a rising floor makes it one sooner).
             *({"expr": PAGE_FIRING % "g", "eval_time": dur(at), "exp_samples": []}
