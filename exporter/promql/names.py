@@ -226,10 +226,12 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
     PEAK_CARRIED: "where the tallest peak of the envelope window stands now if it recurs: "
-    "per part of the window (a quarter), its highest hourly maximum plus the lasting "
-    "trend since the part ended, the highest of the parts (the first part's peaks are "
-    "an hour old); present only with lasting growth. A tooth or a burst as tall as the "
-    "day's tallest, a day of leak later, is that much higher",
+    "the envelope plus an hour of the lasting trend (its youngest peak is that old) and, "
+    "where the pattern has teeth (TEETH), each older part of the window (a quarter) its "
+    "highest hourly maximum plus the trend since the part ended, the highest of those; "
+    "present only with lasting growth. A flush's or a burst's timing is chance: the day's "
+    "tallest may recur at any hour, a day of leak higher. A daily crest recurs at its "
+    "hour, which the daily pattern forecasts",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus a period of lasting "
     "growth (absent without lasting growth)",
