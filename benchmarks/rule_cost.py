@@ -68,20 +68,36 @@ ROUND_MINUTES = {"headroom.lasting": CONFIG.lasting_interval_s / 60,
                  "headroom.floor_memory": CONFIG.floor_memory_interval_s / 60}
 
 
-def isolated(prom: str, runs: int = 2) -> dict[str, float]:
+def isolated_rules(prom: str, runs: int = 2) -> list[tuple[str, str, float]]:
     """Each rule's expression queried alone at the moment (Prometheus' own
-    ``evalTotalTime``, the least of ``runs``), summed per group: the cost of a round
-    without the other groups, which Prometheus evaluates at the same time on the same
-    cores (so each group's wall time above also holds the others' share)."""
-    out: dict[str, float] = {}
+    ``evalTotalTime``, the least of ``runs``): (group, rule, seconds) per rule."""
+    out: list[tuple[str, str, float]] = []
     for group in yaml.safe_load(rules_yaml())["groups"]:
         for rule in group["rules"]:
             args = urllib.parse.urlencode({"query": rule["expr"], "stats": "all"})
             took = min(
                 float(json.loads(fetch(f"{prom}/api/v1/query?{args}"))["data"]["stats"]
                       ["timings"]["evalTotalTime"]) for _ in range(runs))
-            out[group["name"]] = out.get(group["name"], 0.0) + took
+            out.append((group["name"], rule.get("record") or rule["alert"], took))
+    return out
+
+
+def isolated(per_rule: list[tuple[str, str, float]]) -> dict[str, float]:
+    """The rules queried alone, summed per group: the cost of a round without the other
+    groups, which Prometheus evaluates at the same time on the same cores (so each
+    group's wall time above also holds the others' share)."""
+    out: dict[str, float] = {}
+    for group, _, took in per_rule:
+        out[group] = out.get(group, 0.0) + took
     return {g: round(s, 2) for g, s in out.items()}
+
+
+def costliest_alone(per_rule: list[tuple[str, str, float]], n: int = 15) -> list[str]:
+    """The rules costliest queried alone, weighted per minute (a 5-minute group's rule
+    counts a fifth), as "group rule seconds-a-round (seconds-a-minute)"."""
+    ranked = sorted(per_rule, key=lambda r: -r[2] / ROUND_MINUTES.get(r[0], 1))
+    return [f"{g} {name} {s:.3f} ({s / ROUND_MINUTES.get(g, 1):.3f}/min)"
+            for g, name, s in ranked[:n]]
 
 
 def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
@@ -119,7 +135,8 @@ def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, obje
         groups = self_metric(prom, "prometheus_rule_group_last_duration_seconds")
         written = self_metric(prom, "prometheus_rule_group_last_evaluation_samples")
         top = costliest(prom)
-        alone = isolated(prom)
+        per_rule = isolated_rules(prom)
+        alone = isolated(per_rule)
         recorded = _count(prom, '{__name__=~"headroom:.+"}')
         series = _count(prom, '{__name__=~".+"}')
     return {
@@ -134,6 +151,7 @@ def measure(containers: int, lasting_rounds: int, wait_s: int) -> dict[str, obje
         "rule_set_duration_s": round(sum(groups.values()), 3),
         "costliest_rules": top,
         "isolated_round_s": alone,
+        "costliest_alone": costliest_alone(per_rule),
         # Per minute: the 1-minute groups' rounds plus the slower groups' shares.
         "isolated_per_minute_s": round(sum(
             s / ROUND_MINUTES.get(g, 1) for g, s in alone.items()), 2),
