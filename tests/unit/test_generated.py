@@ -55,7 +55,7 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
                ("nightly-plateau", 28, 1), ("accelerating", 8, 2), ("growing-batch", 12, 0),
                ("bursty-leak", 10, 1), ("jittered-sawtooth-healthy", 4, 1), ("late-leak", 1, 1),
-               ("jittered-sawtooth", 4, 1), ("jittered-sawtooth", 5, 2)]
+               ("jittered-sawtooth", 4, 1), ("jittered-sawtooth", 5, 2), ("late-leak", 10, 1)]
 # A class's fixed draw is seed 0 unless that replays far longer than the class needs (in
 # evaluation steps, what a replay's time follows): then a seed of the first six that
 # replays the same property in about half the steps or fewer, at a scrape interval the tier
@@ -70,7 +70,14 @@ FIXED_SEED = {"leak-restarted": 17, "growing-batch": 3, "late-leak": 2, "exporte
 DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.CLASSES)] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows.
-NOT_YET_HELD: dict[tuple[str, int, int], str] = {}
+NOT_YET_HELD: dict[tuple[str, int, int], str] = {
+    # Session 48's sweep (seeds 6-17): a leak 1.9 days old at the kill, under a daily
+    # swing, killed at a crest 23 minutes after the page (seed 16, 2.6 days old: 19).
+    # The lasting rate still read 11 % of the limit a day of its 15.8 (the day before
+    # still held pre-leak hours), so the daily pattern's next crest read 95 % of the limit
+    # an hour ahead, and the medium climb (43 % a day) was within that pattern.
+    ("late-leak", 10, 1): "pages 23 min ahead (needs 45): the lasting rate lags a young leak",
+}
 
 
 # Regressions that replay over a week each (175 and 227 h: a third of the tier's time
