@@ -105,8 +105,8 @@ def _watch(prom: str, lasting_rounds: int, wait_s: int) -> dict[str, object]:
     """Polls until the lasting group has finished `lasting_rounds` rounds and every
     1-minute group three (the hourly group may run once in the wait, or not); keeps
     each round's duration and the load average meanwhile. A round is counted when it
-    ends (Prometheus sets a group's last evaluation time then; its
-    iteration counter moves when a round starts)."""
+    ends (Prometheus sets a group's last evaluation time then; its iteration counter
+    moves when a round starts)."""
     deadline = time.monotonic() + wait_s
     ended: dict[str, float] = {}
     rounds: dict[str, list[float]] = {}

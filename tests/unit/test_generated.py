@@ -72,7 +72,7 @@ DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows.
 NOT_YET_HELD: dict[tuple[str, int, int], str] = {
     # Session 48's sweep (seeds 6-17): a leak 1.9 days old at the kill, under a daily
-    # swing, killed at a crest 23 minutes after the page (seed 16, 2.6 days old: 19).
+    # swing, killed at a crest 23 minutes after the page (seed 16, 1.7 days old: 19).
     # The lasting rate still read 11 % of the limit a day of its 15.8 (the day before
     # still held pre-leak hours), so the daily pattern's next crest read 95 % of the limit
     # an hour ahead, and the medium climb (43 % a day) was within that pattern.
