@@ -445,14 +445,26 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
         (q.PEAK_CARRIED, carried),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
-        # recorded every lasting interval), lifted by a period of lasting growth.
+        # recorded every lasting interval), lifted by a period of lasting growth, or by
+        # what the recent hours rose above the same hours a period ago where that is
+        # more (the least of them: every one of those hours rose that much). The lasting
+        # rate compares a window with the one before and lags a leak younger than two
+        # windows (the earlier one holds pre-leak hours); the hours a period ago are
+        # past the leak's start a window sooner. Only where lasting growth is seen.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
             """
                 max_over_time(${hmax}[${span}] offset ${back})
               + on ${g}
-                ${growth}{horizon="lasting"} * ${period}
+                (
+                    min_over_time(${prise}[${recent}])
+                  > on ${g}
+                    ${period_trend}
+                  or on ${g}
+                    ${period_trend}
+                )
             """,
-            hmax=q.HOURLY_MAX, g=gb, growth=q.GROWTH, period=config.pattern_period_s,
+            hmax=q.HOURLY_MAX, g=gb, prise=q.PATTERN_RISE,
+            recent=duration(config.pattern_recent_s), period_trend=period_trend,
             span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),

@@ -109,13 +109,20 @@ def held_below(config: Config, scale: float, horizon_s: int, where: str = "") ->
 def _time_to_noise_band(config: Config, scale: float) -> str:
     """Seconds until the figure is within the page's noise band of the limit, per
     cgroup: the recorded time to limit less the band (``fill_noise_band_swings`` of the
-    quiet swing, times ``scale``) at the rate of the horizon that gives it. There the
-    noise band pages (below); this is its forecast, so a climb that slows as it nears
-    the limit (a cache filling toward a level past it) pages the page horizon before it
-    gets there, not when its own slowing trend would reach the limit. Without a quiet
-    swing yet: the time to limit."""
+    quiet swing, times ``scale``) at the rate the time to limit implies: its headroom
+    over it. There the noise band pages (below); this is its forecast, so a climb that
+    slows as it nears the limit (a cache filling toward a level past it) pages the page
+    horizon before it gets there, not when its own slowing trend would reach the limit.
+    Short and medium: the recent peak's headroom at the horizon's rate. Lasting: the
+    headroom above the envelope (or the recent peak) over the lasting time to limit,
+    which is its lasting rate where the envelope binds and more where the daily pattern
+    reaches the limit sooner (the pattern's hours ahead are no rate: the lasting rate
+    there, lagging a young leak, put the band a day away and paged on a pattern 6 h
+    ahead). Without a quiet swing yet, or at the limit already: the time to limit."""
     g = config.group_labels
+    gb = by(*g)
     hold = duration(config.lasting_hold_s)
+    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
     return expr(
         """
         min by ${g} (
@@ -127,14 +134,18 @@ def _time_to_noise_band(config: Config, scale: float) -> str:
                 (
                     ${growth}{horizon=~"short|medium"}
                   or
-                    last_over_time(${growth}{horizon="lasting"}[${hold}])
+                    (clamp_min(${limit} - on ${g} ${env}, 0) < on ${g} ${peak_headroom}
+                     or on ${g} ${peak_headroom})
+                  / on ${g} group_right ()
+                    (${ttl}{horizon="lasting"} > 0)
                 )
             )
           or
             ${ttl}
         )""",
-        g=by(*g), gh=by(*g, "horizon"), ttl=q.TIME_TO_LIMIT, quiet=q.QUIET_SWING, hold=hold,
-        band=number(config.fill_noise_band_swings * scale), growth=q.GROWTH)
+        g=gb, gh=by(*g, "horizon"), ttl=q.TIME_TO_LIMIT, quiet=q.QUIET_SWING, hold=hold,
+        band=number(config.fill_noise_band_swings * scale), growth=q.GROWTH,
+        limit=q.LIMIT, env=envelope, peak_headroom=q.PEAK_HEADROOM)
 
 
 def critical_condition(config: Config, scale: float) -> str:

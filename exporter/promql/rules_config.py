@@ -110,6 +110,9 @@ class Config:
     # growth, forecast the peaks of the hours ahead (a daily swing's crest, a nightly
     # batch). Looked ahead 1, 2, 3 and 6 hourly windows.
     pattern_period_s: int = DAY
+    # ...or by the least rise of the hours within this long above the same hours one
+    # period ago, where that is more (a leak younger than two envelope windows).
+    pattern_recent_s: int = 3 * HOUR
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
     # The peaks' own forecast carries each part of the envelope window on by the lasting

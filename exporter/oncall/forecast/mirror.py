@@ -32,6 +32,7 @@ from exporter.oncall.forecast.series import (
     min_rise,
     pattern_signs,
     quiet_swing,
+    recent_pattern_rise,
     slope,
     teeth,
 )
@@ -67,14 +68,19 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
                           lasting_rate: float | None) -> float | None:
     """The daily pattern (PATTERN_PEAK, then the lasting part of
     TIME_TO_LIMIT_BY_HORIZON): the first window ahead whose highest figure one period
-    ago, lifted by a period of lasting growth, reaches the limit now (its length)."""
+    ago, lifted by a period of lasting growth or by the recent hours' least rise above
+    theirs where that is more, reaches the limit now (its length)."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
+    lift = lasting_rate * w.pattern_period
+    recent = recent_pattern_rise(points, now, w)
+    if recent is not None and recent > lift:
+        lift = recent
     back = now - w.pattern_period
     for ahead in w.pattern_ahead:
         # max_over_time(HOURLY_MAX[ahead - 1h + 3 intervals] offset (period - ahead))
         top = highest(points, back - 3 * w.lasting_interval, back + ahead)
-        if top is not None and top + lasting_rate * w.pattern_period >= limit:
+        if top is not None and top + lift >= limit:
             return ahead
     return None
 

@@ -36,6 +36,8 @@ class Windows:
     beyond_trend: float = 6 * 3600.0  # ...or this much lasting trend while it binds
     pattern_period: float = 86400.0  # the daily pattern: the same hours one period ago
     lasting_interval: float = 300.0  # the lasting group's interval
+    # The daily pattern lifted by the least rise of the hours this recent above theirs, where more
+    pattern_recent: float = 3 * 3600.0
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
@@ -64,6 +66,7 @@ class Windows:
                    config.min_baseline_rise_ratio, config.climbing_lag_s,
                    config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
                    config.pattern_period_s, config.lasting_interval_s,
+                   pattern_recent=config.pattern_recent_s,
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
@@ -272,17 +275,33 @@ def quiet_swing(points: Sequence[Point], now: float, w: Windows) -> float:
     return quantile(QUIET_QUANTILE, noise)
 
 
-def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
-                  lasting_rate: float | None) -> bool:
-    """ABOVE_PATTERN: the last hour's highest figure rose above the same hours one
-    period ago (PATTERN_RISE: the hourly maxima of three lasting intervals) by more than
-    a period of the lasting trend, the peaks' margin and the quiet hours' swing."""
+def pattern_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """PATTERN_RISE: the last hour's highest figure above the same hours one period ago
+    (the hourly maxima of three lasting intervals)."""
     last = highest(points, now - w.hour, now)
     back = now - w.pattern_period
     before = highest(points, back - 3 * w.lasting_interval - w.hour, back)
-    if last is None or before is None:
+    return None if last is None or before is None else last - before
+
+
+def recent_pattern_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """``min_over_time(PATTERN_RISE[pattern_recent])``: the least rise of the recent
+    hours above the same hours one period ago, at each lasting interval."""
+    count = int(w.pattern_recent // w.lasting_interval)
+    rises = [r for k in range(count)
+             if (r := pattern_rise(points, now - k * w.lasting_interval, w)) is not None]
+    return min(rises) if rises else None
+
+
+def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
+                  lasting_rate: float | None) -> bool:
+    """ABOVE_PATTERN: the last hour's highest figure rose above the same hours one
+    period ago (PATTERN_RISE) by more than a period of the lasting trend, the peaks'
+    margin and the quiet hours' swing."""
+    raw = pattern_rise(points, now, w)
+    if raw is None:
         return False
-    rise = last - before - (lasting_rate or 0.0) * w.pattern_period
+    rise = raw - (lasting_rate or 0.0) * w.pattern_period
     margin = w.beyond_ratio * limit
     # quiet_swing reads a day of hours: only where the rise clears the margin alone.
     return rise > margin and rise > margin + quiet_swing(points, now, w)
