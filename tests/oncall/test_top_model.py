@@ -559,6 +559,36 @@ def test_a_leak_that_speeds_up_climbs_beyond_the_pattern_and_a_steady_one_does_n
     assert not beyond and set(ttl) == {"lasting"}
 
 
+def test_a_young_leak_under_a_daily_swing_is_forecast_at_the_rise_above_yesterday() -> None:
+    """PATTERN_PEAK's mirror: a leak of 5 GiB a day that began 1.3 days ago under a 3 GiB
+    daily swing. The lasting rate compares the day with the day before, which holds
+    pre-leak hours, and reads a fifth less; the last three hours each rose 5 GiB above
+    the same hours yesterday. The crest 1.5 h ahead tops the limit: the pattern says so
+    within 2 h, where yesterday's crest lifted by the lasting rate stays below it."""
+    from exporter.oncall.forecast.mirror import pattern_time_to_limit
+    from exporter.oncall.forecast.series import growth, highest, recent_pattern_rise
+
+    w = fc.Windows.of()
+    day, hour = 86400.0, 3600.0
+    start, rate = 1.9 * day, 5 * GiB / day
+
+    def leak_under_swing(t: float) -> float:
+        return (12 * GiB + 3 * GiB * math.sin(2 * math.pi * t / day)
+                + rate * max(0.0, t - start))
+
+    crest = 3.25 * day
+    now = crest - 1.5 * hour
+    pts = [(i * 60.0, leak_under_swing(i * 60.0)) for i in range(int(now / 60) + 1)]
+    limit = leak_under_swing(crest) - 0.1 * GiB
+    lasting = growth(pts, now, w, limit)["lasting"]
+    assert lasting * day < 0.9 * rate * day
+    assert recent_pattern_rise(pts, now, w) == pytest.approx(rate * day, rel=0.01)
+    assert pattern_time_to_limit(pts, now, w, limit, lasting) == 2 * hour
+    # Yesterday's hours ahead at the lasting rate alone stay below the limit.
+    yesterday = highest(pts, now - day - 3 * w.lasting_interval, now - day + 6 * hour)
+    assert yesterday is not None and yesterday + lasting * day < limit
+
+
 def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
     """The page fires on the noise band whatever the trend's hours say: top shows
     "in noise" under TO LIMIT, styles it and sorts it above a sooner time to limit."""
