@@ -140,10 +140,12 @@ def fast_recording_rules(config: Config) -> list[Rule]:
     envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold_lasting}])"
     lasting_rate = f'last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold_lasting}])'
     # What is left above the higher of the envelope and the recent peak: the headroom
-    # above the envelope where it is the lower one, else the recorded peak headroom.
+    # above the envelope where it is the lower one, else the recorded peak headroom;
+    # only where lasting growth is seen (the time to limit and the page's band read it).
     lasting_headroom = expr(
-        "(clamp_min(${limit} - ${env}, 0) < ${peak_headroom} or ${peak_headroom})",
-        limit=q.LIMIT, env=envelope, peak_headroom=q.PEAK_HEADROOM)
+        "(clamp_min(${limit} - ${env}, 0) < ${peak_headroom} or ${peak_headroom})"
+        "\nand on ${g}\n${rate}",
+        limit=q.LIMIT, env=envelope, peak_headroom=q.PEAK_HEADROOM, g=gb, rate=lasting_rate)
     rules_: list[tuple[str, str]] = [
         # A limit of 0 (outside the contract) must not divide: it is dropped.
         (q.LIMIT, held(config, c.MEMORY_LIMIT_BYTES, g) + " > 0"),
@@ -154,6 +156,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
         (q.PEAK_HEADROOM, expr(
             "clamp_min(${limit} - max_over_time(${u}[${w}]), 0)",
             limit=q.LIMIT, u=q.UNRECLAIMABLE, w=duration(config.peak_window_s))),
+        (q.LASTING_HEADROOM, lasting_headroom),
         # A container binds when its own limit comes first; the pod-level cgroup binds
         # when some container's does not (pod-level resources) or it has none.
         (q.BINDING, expr(
@@ -204,7 +207,7 @@ def fast_recording_rules(config: Config) -> list[Rule]:
               )
             """,
             peak_headroom=q.PEAK_HEADROOM, g=gb, gh=by(*g, "horizon"), growth=q.GROWTH,
-            lasting_headroom=lasting_headroom, hold=hold_lasting,
+            lasting_headroom=q.LASTING_HEADROOM, hold=hold_lasting,
             pattern=indent(_pattern_ttl(config), 18))),
         (q.CLIMB_BEYOND_PATTERN, _climb_beyond_pattern(config)),
         (q.TIME_TO_LIMIT, expr(

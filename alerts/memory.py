@@ -113,8 +113,8 @@ def _time_to_noise_band(config: Config, scale: float) -> str:
     over it. There the noise band pages (below); this is its forecast, so a climb that
     slows as it nears the limit (a cache filling toward a level past it) pages the page
     horizon before it gets there, not when its own slowing trend would reach the limit.
-    Short and medium: the recent peak's headroom at the horizon's rate. Lasting: the
-    headroom above the envelope (or the recent peak) over the lasting time to limit,
+    Short and medium: the recent peak's headroom at the horizon's rate. Lasting:
+    ``LASTING_HEADROOM`` (above the envelope or the recent peak) over its time to limit,
     which is its lasting rate where the envelope binds and more where the daily pattern
     reaches the limit sooner (the pattern's hours ahead are no rate: the lasting rate
     there, lagging a young leak, put the band a day away and paged on a pattern 6 h
@@ -122,7 +122,6 @@ def _time_to_noise_band(config: Config, scale: float) -> str:
     g = config.group_labels
     gb = by(*g)
     hold = duration(config.lasting_hold_s)
-    envelope = f"last_over_time({q.PEAK_ENVELOPE}[{hold}])"
     return expr(
         """
         min by ${g} (
@@ -134,8 +133,7 @@ def _time_to_noise_band(config: Config, scale: float) -> str:
                 (
                     ${growth}{horizon=~"short|medium"}
                   or
-                    (clamp_min(${limit} - on ${g} ${env}, 0) < on ${g} ${peak_headroom}
-                     or on ${g} ${peak_headroom})
+                    ${lasting_headroom}
                   / on ${g} group_right ()
                     (${ttl}{horizon="lasting"} > 0)
                 )
@@ -145,7 +143,7 @@ def _time_to_noise_band(config: Config, scale: float) -> str:
         )""",
         g=gb, gh=by(*g, "horizon"), ttl=q.TIME_TO_LIMIT, quiet=q.QUIET_SWING, hold=hold,
         band=number(config.fill_noise_band_swings * scale), growth=q.GROWTH,
-        limit=q.LIMIT, env=envelope, peak_headroom=q.PEAK_HEADROOM)
+        lasting_headroom=q.LASTING_HEADROOM)
 
 
 def critical_condition(config: Config, scale: float) -> str:

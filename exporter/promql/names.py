@@ -22,6 +22,7 @@ WORKING_SET = "headroom:memory_working_set:bytes"
 UNRECLAIMABLE_RATIO = "headroom:memory_unreclaimable:ratio"
 HEADROOM = "headroom:memory_headroom:bytes"
 PEAK_HEADROOM = "headroom:memory_peak_headroom:bytes"
+LASTING_HEADROOM = "headroom:memory_lasting_headroom:bytes"
 BINDING = "headroom:memory_binding:bool"
 SLOPE_SHORT = "headroom:memory_unreclaimable:slope_short"
 SLOPE_MEDIUM = "headroom:memory_unreclaimable:slope_medium"
@@ -108,6 +109,9 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_HEADROOM: "limit now - the highest unreclaimable figure over the peak window "
     "(at least 0): what the short and medium horizons divide by their rate and "
     "NearLimit compares with the hour's swing (read five times a minute, recorded once)",
+    LASTING_HEADROOM: "limit now - the higher of the peaks' envelope and the recent peak "
+    "(at least 0), where lasting growth is seen: what the lasting horizon's time to limit "
+    "counts down, and, over it, the pace at which the page's noise band nears",
     BINDING: "1 on the cgroup whose limit binds: a container whose headroom is no more "
     "than the pod cgroup's plus a tolerance (its own limit comes first), the pod-level "
     "cgroup when one of its containers has no such limit; 0 on the others",
