@@ -239,8 +239,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus a period of lasting "
     "growth, or plus the least rise of the last three hours above the same hours one "
-    "period ago (PATTERN_RISE) where that is more: the lasting rate lags a leak younger "
-    "than two envelope windows (absent without lasting growth)",
+    "period ago (PATTERN_RISE) where that is more, up to two periods of lasting growth: "
+    "the lasting rate lags a leak younger than two envelope windows, and a step a period "
+    "ago is already in the hours ahead (absent without lasting growth)",
     PATTERN_HOLDS: "1 where the daily pattern held over the envelope window: no hour "
     "rose above the pattern's hours (PATTERN_RISE) by more than a period of lasting "
     "growth plus the peaks' margin and the quiet hours' swing, over a whole window. "

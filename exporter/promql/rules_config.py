@@ -113,6 +113,9 @@ class Config:
     # ...or by the least rise of the hours within this long above the same hours one
     # period ago, where that is more (a leak younger than two envelope windows).
     pattern_recent_s: int = 3 * HOUR
+    # ...at most this many periods of the lasting trend (a step a period ago lifts the
+    # recent hours as much; a leak 1.5 envelope windows old reads half its rate).
+    pattern_recent_max_trends: float = 2.0
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
     # The peaks' own forecast carries each part of the envelope window on by the lasting

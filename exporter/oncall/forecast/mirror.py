@@ -69,13 +69,14 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
     """The daily pattern (PATTERN_PEAK, then the lasting part of
     TIME_TO_LIMIT_BY_HORIZON): the first window ahead whose highest figure one period
     ago, lifted by a period of lasting growth or by the recent hours' least rise above
-    theirs where that is more, reaches the limit now (its length)."""
+    theirs where that is more (at most ``pattern_recent_max_trends`` periods of it),
+    reaches the limit now (its length)."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
     lift = lasting_rate * w.pattern_period
     recent = recent_pattern_rise(points, now, w)
     if recent is not None and recent > lift:
-        lift = recent
+        lift = min(recent, w.pattern_recent_max_trends * lift)
     back = now - w.pattern_period
     for ahead in w.pattern_ahead:
         # max_over_time(HOURLY_MAX[ahead - 1h + 3 intervals] offset (period - ahead))

@@ -38,6 +38,7 @@ class Windows:
     lasting_interval: float = 300.0  # the lasting group's interval
     # The daily pattern lifted by the least rise of the hours this recent above theirs, where more
     pattern_recent: float = 3 * 3600.0
+    pattern_recent_max_trends: float = 2.0  # ...up to this many periods of the trend
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
@@ -67,6 +68,7 @@ class Windows:
                    config.fill_beyond_peaks_ratio, config.fill_beyond_trend_s,
                    config.pattern_period_s, config.lasting_interval_s,
                    pattern_recent=config.pattern_recent_s,
+                   pattern_recent_max_trends=config.pattern_recent_max_trends,
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
