@@ -444,34 +444,42 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             bw_s=bw_s)),
         # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
         (q.PEAK_CARRIED, carried),
+        # The daily pattern's lift: a period of lasting growth, or what the recent hours
+        # rose above the same hours a period ago where that is more (the least of them:
+        # every one of those hours rose that much), up to pattern_recent_max_trends
+        # periods of it. The lasting rate compares a window with the one before and lags
+        # a leak younger than two windows (the earlier one holds pre-leak hours); the
+        # hours a period ago are past the leak's start a window sooner. The cap: a step
+        # a period ago rose the recent hours above theirs as much, and the hours ahead a
+        # period ago already hold it (a leak 1.5 windows old reads half its rate). Only
+        # where lasting growth is seen; recorded once for the four windows ahead.
+        # (max by: one series per cgroup, whichever branch gives it; the lasting
+        # trend's horizon label goes.)
+        (q.PATTERN_LIFT, expr(
+            """
+            max by ${g} (
+                (
+                    min_over_time(${prise}[${recent}]) < on ${g} ${cap} * ${period_trend}
+                  or on ${g}
+                    ${cap} * ${period_trend} and on ${g} min_over_time(${prise}[${recent}])
+                )
+              > on ${g}
+                ${period_trend}
+              or on ${g}
+                ${period_trend}
+            )
+            """,
+            prise=q.PATTERN_RISE, g=gb, cap=config.pattern_recent_max_trends,
+            recent=duration(config.pattern_recent_s), period_trend=period_trend)),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
-        # recorded every lasting interval), lifted by a period of lasting growth, or by
-        # what the recent hours rose above the same hours a period ago where that is
-        # more (the least of them: every one of those hours rose that much), up to
-        # pattern_recent_max_trends periods of it. The lasting rate compares a window
-        # with the one before and lags a leak younger than two windows (the earlier one
-        # holds pre-leak hours); the hours a period ago are past the leak's start a
-        # window sooner. The cap: a step a period ago rose the recent hours above theirs
-        # as much, and the hours ahead a period ago already hold it (a leak 1.5 windows
-        # old reads half its rate). Only where lasting growth is seen.
+        # recorded every lasting interval), lifted.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
             """
                 max_over_time(${hmax}[${span}] offset ${back})
               + on ${g}
-                (
-                    (
-                        min_over_time(${prise}[${recent}]) < on ${g} ${cap} * ${period_trend}
-                      or on ${g}
-                        ${cap} * ${period_trend} and on ${g} min_over_time(${prise}[${recent}])
-                    )
-                  > on ${g}
-                    ${period_trend}
-                  or on ${g}
-                    ${period_trend}
-                )
+                ${lift}
             """,
-            hmax=q.HOURLY_MAX, g=gb, prise=q.PATTERN_RISE, cap=config.pattern_recent_max_trends,
-            recent=duration(config.pattern_recent_s), period_trend=period_trend,
+            hmax=q.HOURLY_MAX, g=gb, lift=q.PATTERN_LIFT,
             span=duration(w - config.hourly_window_s + 3 * config.lasting_interval_s),
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),

@@ -65,6 +65,7 @@ RELEASED = "headroom:memory_released:bool"
 SHARP_RELEASE = "headroom:memory_sharp_release:bool"  # 0 or 1, every cgroup
 TEETH = "headroom:memory_teeth:bool"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
+PATTERN_LIFT = "headroom:memory_pattern_lift:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
 PATTERN_RISE = "headroom:memory_pattern_rise:bytes"
 PATTERN_HOLDS = "headroom:memory_pattern_holds:bool"
@@ -236,12 +237,14 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "present only with lasting growth. A flush's or a burst's timing is chance: the day's "
     "tallest may recur at any hour, a day of leak higher. A daily crest recurs at its "
     "hour, which the daily pattern forecasts",
+    PATTERN_LIFT: "what the daily pattern adds to the hours ahead one period ago: a "
+    "period of lasting growth, or the least rise of the last three hours above the same "
+    "hours one period ago (PATTERN_RISE) where that is more, up to two periods of lasting "
+    "growth: the lasting rate lags a leak younger than two envelope windows, and a step "
+    "a period ago is already in the hours ahead (absent without lasting growth)",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
-    "within): the highest figure of those hours one period ago plus a period of lasting "
-    "growth, or plus the least rise of the last three hours above the same hours one "
-    "period ago (PATTERN_RISE) where that is more, up to two periods of lasting growth: "
-    "the lasting rate lags a leak younger than two envelope windows, and a step a period "
-    "ago is already in the hours ahead (absent without lasting growth)",
+    "within): the highest figure of those hours one period ago plus PATTERN_LIFT "
+    "(absent without lasting growth)",
     PATTERN_HOLDS: "1 where the daily pattern held over the envelope window: no hour "
     "rose above the pattern's hours (PATTERN_RISE) by more than a period of lasting "
     "growth plus the peaks' margin and the quiet hours' swing, over a whole window. "
