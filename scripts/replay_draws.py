@@ -13,19 +13,44 @@ the replay tier runs them: each draw's pods and instances apart); ``--batch 1`` 
 them alone.
 Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way between
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and
-what failed; rerun one with ``--seed N --variant V CLASS``.
+what failed; rerun one with ``--seed N --variant V CLASS``. The first line names the
+rules' commit; ``--summary LOG...`` merges the logs of several runs of a sweep (the later
+result of a draw wins) into one pass count per class (``alerts/scenarios/ledger.py``):
+
+    python3 scripts/replay_draws.py --first 12 -n 18 > seeds-12-29.log
+    python3 scripts/replay_draws.py --summary seeds-0-11.log seeds-12-29.log
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alerts.scenarios import generator, sweep
+from alerts.scenarios import generator, ledger, sweep
+
+
+def rules_commit() -> str:
+    """The checkout's commit, ``+changes`` where the rules or the generator differ from
+    it (a log read later must say which rules it replayed)."""
+    here = Path(__file__).resolve().parents[1]
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *a], capture_output=True,
+                              text=True, check=False).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "alerts", "exporter") else "")
+
+
+def summarize(paths: list[str], classes: list[str]) -> int:
+    logs = [ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
+            for p in paths]
+    latest = ledger.merge(logs)
+    print("\n".join(ledger.summary(latest, classes)))
+    return 0 if all(r.passed for r in latest.values()) else 1
 
 
 def main() -> int:
@@ -38,7 +63,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, help="one seed only")
     ap.add_argument("--variant", type=int, choices=(0, 1, 2))
     ap.add_argument("--batch", type=int, default=10, help="draws per promtool run")
+    ap.add_argument("--summary", nargs="+", metavar="LOG",
+                    help="merge these runs' logs into a pass count per class; replay nothing")
     args = ap.parse_args()
+    if args.summary:
+        return summarize(args.summary, args.classes or list(generator.CLASSES))
     promtool = shutil.which("promtool")
     if promtool is None:
         print("promtool is not installed", file=sys.stderr)
@@ -48,18 +77,16 @@ def main() -> int:
         range(args.first, args.first + args.draws))
     jobs = [(c, s, args.variant if args.variant is not None else s % 3)
             for s in seeds for c in classes]
+    print(f"{ledger.HEADER}{rules_commit()}", flush=True)
     passed: dict[str, int] = dict.fromkeys(classes, 0)
     total: dict[str, int] = dict.fromkeys(classes, 0)
     for o in sweep.replay_all(jobs, promtool, args.jobs, args.batch):
         assert not isinstance(o.job, str), "only drawn jobs were given"
         cls, _, variant = o.job
         total[cls] += 1
-        shown = f"{o.label} variant={generator.VARIANTS[variant]} ({o.seconds:.0f}s/draw)"
-        if o.problems:
-            print(f"FAIL {shown}: {'; '.join(o.problems)}", flush=True)
-        else:
-            passed[cls] += 1
-            print(f"ok   {shown}", flush=True)
+        passed[cls] += not o.problems
+        print(ledger.line(o.label, generator.VARIANTS[variant], o.seconds, o.problems),
+              flush=True)
     print("\nclass                    passed")
     for cls in classes:
         print(f"{cls:<24} {passed[cls]}/{total[cls]}")

@@ -1,0 +1,61 @@
+"""A sweep continued over several runs reads as one pass count per class: the lines
+``scripts/replay_draws.py`` prints for each draw parse back (whatever a draw's
+parameters or problems hold), a later run's result of a draw replaces the earlier one,
+and the summary names every failing seed with the rules it failed at."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from alerts.scenarios import generator, ledger
+
+
+def _label(seed: int, **params: float) -> str:
+    # A real draw's label, with parameters of every shape Draw.label prints.
+    d = generator.draw("fast-ramp", 0, 0)
+    return dataclasses.replace(d, seed=seed, params=params).label
+
+
+def _log(rules: str, *lines: str) -> str:
+    return "\n".join([f"{ledger.HEADER}{rules}", *lines, "", "class   passed",
+                      "fast-ramp 1/2", "rc=1"])
+
+
+def test_a_draws_line_parses_back_whatever_its_parameters_and_problems() -> None:
+    ok = ledger.line(_label(3, step=20, tiny=1e-7, big=-1234567.0), "phase", 95.4, [])
+    failed = ledger.line(_label(14, step=60, pct_day=38.9), "shortened", 12,
+                         ["first page 10h02m before the kill (needs 4h10m): early",
+                          "3 pager notifications for p (at most 3)"])
+    results = ledger.parse(_log("572a2d3", ok, "Traceback (most recent call last):",
+                                failed))
+    assert results == [
+        ledger.Result("fast-ramp", 3, "phase", True, "572a2d3", ""),
+        ledger.Result("fast-ramp", 14, "shortened", False, "572a2d3",
+                      "first page 10h02m before the kill (needs 4h10m): early; "
+                      "3 pager notifications for p (at most 3)"),
+    ]
+
+
+def test_a_later_run_of_a_draw_replaces_the_earlier_and_the_summary_names_each_failure(
+) -> None:
+    first = ledger.parse(_log(
+        "a546872",
+        *(ledger.line(_label(s), "shipped", 10, ["late"] if s == 4 else [])
+          for s in range(6))))
+    second = ledger.parse(_log(
+        "572a2d3",
+        ledger.line(_label(4), "phase", 10, []),
+        ledger.line(_label(7), "phase", 10, ["early"]),
+        ledger.line(_label(9), "shipped", 10, [])))
+    latest = ledger.merge([first, second])
+    assert latest[("fast-ramp", 4)].passed and latest[("fast-ramp", 4)].rules == "572a2d3"
+    lines = ledger.summary(latest, ["fast-ramp", "ramp"])
+    assert lines[1].split() == ["fast-ramp", "7/8", "0-5,", "7,", "9;", "failed:", "7",
+                                "(phase,", "572a2d3)"]
+    assert lines[2].split() == ["ramp", "0/0"]
+
+
+def test_seed_ranges() -> None:
+    assert ledger.seed_ranges([]) == ""
+    assert ledger.seed_ranges([5]) == "5"
+    assert ledger.seed_ranges([3, 0, 1, 2, 9, 7, 8, 12, 2]) == "0-3, 7-9, 12"
