@@ -138,10 +138,30 @@ def replay_all(jobs: Sequence[Item], promtool: str, workers: int = 2, size: int 
     with tempfile.TemporaryDirectory() as workdir, \
             ProcessPoolExecutor(max_workers=workers) as pool:
         made = list(pool.map(make, jobs, [workdir] * len(jobs)))
-        futures = [pool.submit(run_batch, b, workdir, promtool)
-                   for b in batches(made, max(1, size))]
+        futures = {pool.submit(run_batch, b, workdir, promtool): b
+                   for b in batches(made, max(1, size))}
         for future in as_completed(futures):
-            yield from future.result()
+            try:
+                outcomes = future.result()
+            except Exception as e:  # reported per draw: the sweep goes on
+                outcomes = failed_batch(futures[future], e)
+            yield from outcomes
+
+
+def failed_batch(run: Sequence[Made], error: BaseException) -> list[Outcome]:
+    """Each draw of a run whose replay failed (promtool crashed or was killed), failed
+    with the error's last line: a sweep of hours reports it and goes on (raised, it held
+    back every outcome until the pool's last run ended, then printed none)."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    problem = f"its run's replay failed: {lines[-1][:300]}"
+    return [Outcome(m.job, m.job if isinstance(m.job, str) else _load(m).label, [problem], 0.0)
+            for m in run]
+
+
+def _load(m: Made) -> Draw:
+    kept = pickle.loads(Path(m.path).read_bytes())
+    assert isinstance(kept, Draw)
+    return kept
 
 
 # --- the described cases ----------------------------------------------------------------------
@@ -153,5 +173,5 @@ def described(name: str) -> Case:
     return next(c for c in converted.first_wave() if c.name == name)
 
 
-__all__ = ["SHORTENED", "Item", "Job", "Made", "Outcome", "batches", "described", "make",
-           "replay_all", "run_batch", "run_cost"]
+__all__ = ["SHORTENED", "Item", "Job", "Made", "Outcome", "batches", "described",
+           "failed_batch", "make", "replay_all", "run_batch", "run_cost"]

@@ -6,8 +6,9 @@ and the summary names every failing seed with the rules it failed at."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
-from alerts.scenarios import generator, ledger
+from alerts.scenarios import generator, ledger, sweep
 
 
 def _label(seed: int, **params: float) -> str:
@@ -59,3 +60,21 @@ def test_seed_ranges() -> None:
     assert ledger.seed_ranges([]) == ""
     assert ledger.seed_ranges([5]) == "5"
     assert ledger.seed_ranges([3, 0, 1, 2, 9, 7, 8, 12, 2]) == "0-3, 7-9, 12"
+
+
+def test_a_run_whose_replay_fails_fails_its_draws_and_the_sweep_goes_on(
+        tmp_path: Path) -> None:
+    # A promtool that dies (as one killed mid-run does): each run's draws come back
+    # failed with the error, the next run still replays, and the lines parse back.
+    dead = tmp_path / "promtool"
+    dead.write_text("#!/bin/sh\necho 'panic: runtime error: out of memory' >&2\nexit 2\n")
+    dead.chmod(0o755)
+    jobs = [("fast-ramp", 0, 0), ("fast-ramp", 1, 1)]
+    outcomes = list(sweep.replay_all(jobs, str(dead), workers=1, size=1))
+    assert sorted(o.job for o in outcomes) == jobs
+    problem = "its run's replay failed: panic: runtime error: out of memory"
+    assert all(o.problems == [problem] for o in outcomes)
+    printed = "\n".join(ledger.line(o.label, "shipped", o.seconds, o.problems)
+                        for o in outcomes)
+    assert sorted((r.seed, r.passed, r.problems) for r in ledger.parse(printed)) == sorted(
+        (s, False, problem) for _, s, _ in jobs)
