@@ -77,20 +77,18 @@ def main() -> int:
         range(args.first, args.first + args.draws))
     jobs = [(c, s, args.variant if args.variant is not None else s % 3)
             for s in seeds for c in classes]
-    print(f"{ledger.HEADER}{rules_commit()}", flush=True)
-    passed: dict[str, int] = dict.fromkeys(classes, 0)
-    total: dict[str, int] = dict.fromkeys(classes, 0)
+    rules = rules_commit()
+    print(f"{ledger.HEADER}{rules}", flush=True)
+    results: list[ledger.Result] = []
     for o in sweep.replay_all(jobs, promtool, args.jobs, args.batch):
         assert not isinstance(o.job, str), "only drawn jobs were given"
-        cls, _, variant = o.job
-        total[cls] += 1
-        passed[cls] += not o.problems
-        print(ledger.line(o.label, generator.VARIANTS[variant], o.seconds, o.problems),
-              flush=True)
-    print("\nclass                    passed")
-    for cls in classes:
-        print(f"{cls:<24} {passed[cls]}/{total[cls]}")
-    return 0 if passed == total else 1
+        cls, seed, variant = o.job
+        shown = generator.VARIANTS[variant]
+        results.append(ledger.Result(cls, seed, shown, not o.problems, rules,
+                                     "; ".join(o.problems)))
+        print(ledger.line(o.label, shown, o.seconds, o.problems), flush=True)
+    print("\n" + "\n".join(ledger.summary(ledger.merge([results]), classes)))
+    return 0 if all(r.passed for r in results) else 1
 
 
 if __name__ == "__main__":
