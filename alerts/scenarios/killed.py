@@ -106,7 +106,11 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     pattern can make could first reach the noise band of the limit.
 
     Not yet held on every draw: seed 1 (phase) pages 34 h before the kill, on a pod 23 h
-    old."""
+    old. Seed 17 (shortened; teeth every 2.1 h, 22 % of the limit) pages 3 minutes before
+    the kill: after teeth that crested at 95 % and 89 %, the one that kills climbs from
+    81 % to the limit in 45 minutes, a climb within what the teeth vary by (not beyond the
+    pattern), with the envelope 16.5 h from the limit and the peaks 2.7 quiet swings
+    below it. The same at session 48's rules (a546872)."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
