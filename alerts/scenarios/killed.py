@@ -581,7 +581,10 @@ def saturating_kill(rng: random.Random) -> Draw:
 
     Not yet held on every draw: seed 11 (shortened) spends its last 2 h at 97.7-99.2 % of
     the limit with a medium rate of 0.08-0.14 % an hour (about 0.5 % in the last hour),
-    and pages on the noise band 18 minutes before the kill: the kill is the noise's."""
+    and pages on the noise band 18 minutes before the kill: the kill is the noise's.
+    Seed 13 (phase) pages 7 h 36 min before the kill (5 h allowed) and seed 14
+    (shortened, no swing) 28 minutes before it (45 needed), the same at session 48's
+    rules (a546872); not probed yet."""
     step, pod = _step(rng, (30, 60, 120)), "satkill-0"
     limit = rng.uniform(24, 48) * GiB
     cap = rng.uniform(1.03, 1.15) * limit
