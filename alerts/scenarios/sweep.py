@@ -107,7 +107,7 @@ def run_batch(made: Sequence[Made], workdir: str, promtool: str) -> list[Outcome
     """Replay one batch (``batches``) and judge each draw of it: a draw by its class's
     verdict, a described case by its own expectations."""
     start = time.monotonic()
-    loaded: list[Draw | Case] = [pickle.loads(Path(m.path).read_bytes()) for m in made]
+    loaded = [_kept(m) for m in made]
     to_replay = [d.case if isinstance(d, Draw) else d for d in loaded]
     stats = _replay_run(to_replay, workdir, promtool, shortened=made[0].shortened)
     took = (time.monotonic() - start) / len(loaded)
@@ -154,13 +154,13 @@ def failed_batch(run: Sequence[Made], error: BaseException) -> list[Outcome]:
     back every outcome until the pool's last run ended, then printed none)."""
     lines = str(error).strip().splitlines() or [type(error).__name__]
     problem = f"its run's replay failed: {lines[-1][:300]}"
-    return [Outcome(m.job, m.job if isinstance(m.job, str) else _load(m).label, [problem], 0.0)
-            for m in run]
+    return [Outcome(m.job, k.label if isinstance(k := _kept(m), Draw) else k.name, [problem],
+                    0.0) for m in run]
 
 
-def _load(m: Made) -> Draw:
-    kept = pickle.loads(Path(m.path).read_bytes())
-    assert isinstance(kept, Draw)
+def _kept(m: Made) -> Draw | Case:
+    """The draw or described case ``make`` kept on disk."""
+    kept: Draw | Case = pickle.loads(Path(m.path).read_bytes())
     return kept
 
 
