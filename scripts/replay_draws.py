@@ -14,8 +14,10 @@ them alone.
 Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way between
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and
 what failed; rerun one with ``--seed N --variant V CLASS``. The first line names the
-rules' commit; ``--summary LOG...`` merges the logs of several runs of a sweep (the later
-result of a draw wins) into one pass count per class (``alerts/scenarios/ledger.py``):
+checkout's commit and what it replays (a digest of the rules promtool loads and one of the
+scenario generator's sources); ``--summary LOG...`` merges the logs of several runs of a
+sweep (the later result of a draw wins) into one pass count per class, with the number
+of draws replayed at each rules and scenarios (``alerts/scenarios/ledger.py``):
 
     python3 scripts/replay_draws.py --first 12 -n 18 > seeds-12-29.log
     python3 scripts/replay_draws.py --summary seeds-0-11.log seeds-12-29.log
@@ -77,15 +79,15 @@ def main() -> int:
         range(args.first, args.first + args.draws))
     jobs = [(c, s, args.variant if args.variant is not None else s % 3)
             for s in seeds for c in classes]
-    rules = rules_commit()
-    print(f"{ledger.HEADER}{rules}", flush=True)
+    rules, replayed = rules_commit(), ledger.fingerprint()
+    print(ledger.header(rules, replayed), flush=True)
     results: list[ledger.Result] = []
     for o in sweep.replay_all(jobs, promtool, args.jobs, args.batch):
         assert not isinstance(o.job, str), "only drawn jobs were given"
         cls, seed, variant = o.job
         shown = generator.VARIANTS[variant]
         results.append(ledger.Result(cls, seed, shown, not o.problems, rules,
-                                     "; ".join(o.problems)))
+                                     "; ".join(o.problems), replayed))
         print(ledger.line(o.label, shown, o.seconds, o.problems), flush=True)
     print("\n" + "\n".join(ledger.summary(ledger.merge([results]), classes)))
     return 0 if all(r.passed for r in results) else 1

@@ -56,6 +56,33 @@ def test_a_later_run_of_a_draw_replaces_the_earlier_and_the_summary_names_each_f
     assert lines[2].split() == ["ramp", "0/0"]
 
 
+def test_the_summary_counts_the_draws_replayed_at_each_rules_and_scenarios() -> None:
+    # A header with a fingerprint (this checkout's) and one written before it was printed:
+    # the summary totals both and says how many draws each replayed.
+    now = ledger.fingerprint()
+    assert ledger.fingerprint() == now  # the same checkout, the same fingerprint
+    old = ledger.parse(_log("4806ff3", ledger.line(_label(0), "shipped", 10, []),
+                            ledger.line(_label(1), "phase", 10, ["late"])))
+    new = ledger.parse("\n".join([ledger.header("a984b9a+changes", now),
+                                  ledger.line(_label(2), "shortened", 10, []),
+                                  ledger.line(_label(3), "shipped", 10, [])]))
+    assert {r.fingerprint for r in new} == {now} and {r.rules for r in new} == {
+        "a984b9a+changes"}
+    assert {r.fingerprint for r in old} == {""}
+    lines = ledger.summary(ledger.merge([old, new]), ["fast-ramp"])
+    assert lines[-3].split() == ["all", "3/4"]
+    assert lines[-2] == f"2 draws at {now} (commits: a984b9a+changes)"
+    assert lines[-1] == "2 draws at rules and scenarios not recorded (commits: 4806ff3)"
+
+
+def test_the_fingerprint_follows_the_code_not_its_docstrings_or_comments() -> None:
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # why\n'
+    assert ledger._code(code) == ledger._code(code.replace("Doc.", "Seed 14 fails."))
+    assert ledger._code(code) == ledger._code(code.replace("# why", ""))
+    assert ledger._code(code) != ledger._code(code.replace("x + 1", "x + 2"))
+    assert ledger._code('"""Module."""\n') == ledger._code("")
+
+
 def test_seed_ranges() -> None:
     assert ledger.seed_ranges([]) == ""
     assert ledger.seed_ranges([5]) == "5"
