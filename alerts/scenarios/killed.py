@@ -110,7 +110,15 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     the kill: after teeth that crested at 95 % and 89 %, the one that kills climbs from
     81 % to the limit in 45 minutes, a climb within what the teeth vary by (not beyond the
     pattern), with the envelope 16.5 h from the limit and the peaks 2.7 quiet swings
-    below it. The same at session 48's rules (a546872)."""
+    below it. The same at session 48's rules (a546872). Seed 23 (shortened; teeth every
+    4.8 h, 28 % of the limit) never pages: after teeth that crested at 92.5 % and 87 %,
+    the one that kills climbs from 82 % to the limit in 1.5 h (12 % an hour, the medium
+    horizon 1 h from the limit at 88 %), but the pattern's ceiling (the envelope plus 30 %
+    of the teeth's height) is above the limit, so no climb below it is beyond the pattern;
+    the envelope carried on is 19-26 h from the limit at the lasting rate (7 % a day). A
+    ceiling at or above the limit cannot excuse a climb as a tooth, but the healthy class's
+    tallest tooth (92 %) reads the same ceiling: what tells them apart is the floor's
+    rise, not the teeth."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
