@@ -73,7 +73,11 @@ def sawtooth(rng: random.Random) -> Draw:
     two before the one that kills, whose peak came within 2.4 % of the limit (2.6 quiet
     swings; the envelope 5.7 h from the limit, the tooth's own climb within 2 h of it),
     6 h 42 min before the kill against the period and two hours allowed (5 h 35 min).
-    The same at session 48's rules (a546872)."""
+    The same at session 48's rules (a546872). Seed 22 (phase; teeth every 3.7 h cresting
+    at 96.5, 98 and 99.5 %) the same way: the envelope 5.8 h from the limit at the lasting
+    rate (10 % a day) and the tooth's climb within 2 h of it page on the tooth two before
+    the one that kills, 8 h 26 min ahead (5 h 42 min allowed). The page's confirm horizon
+    (6 h) is more than one period of these teeth; no recorded series knows the period."""
     step, pod = _step(rng, (60, 90, 120)), "sawtooth-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
@@ -118,7 +122,16 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     the envelope carried on is 19-26 h from the limit at the lasting rate (7 % a day). A
     ceiling at or above the limit cannot excuse a climb as a tooth, but the healthy class's
     tallest tooth (92 %) reads the same ceiling: what tells them apart is the floor's
-    rise, not the teeth."""
+    rise, not the teeth. Seed 18 (shipped; teeth every 4 h, 21.5 % of the limit, the
+    floor rising 1-5 % a day) never pages: the tooth before the one that kills crests at
+    97.8 % (3.1 quiet swings below the limit, the carried envelope 10 h from it), and the
+    last climbs from 92.5 % to the limit in half an hour, 2.2 % above the carried
+    envelope: its crest is the teeth's spread, which no recorded series measures. Seed 22
+    (phase; teeth every 2.75 h) pages 30 h 52 min before the kill, on the second day: a
+    tooth climbing 20 % an hour reaches 89 %, 11 % above the day's tallest and beyond the
+    pattern's ceiling (87.6 %), its medium horizon 40 min from the limit; the day had
+    not yet shown a tooth that tall. The spread of the teeth's crests and their period
+    would answer all three; the rules record neither yet."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
