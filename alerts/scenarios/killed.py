@@ -162,7 +162,12 @@ def late_leak(rng: random.Random) -> Draw:
     limit 10 h before the kill, a day after it began, falls to 95 % with the swing and
     climbs to the kill. The lasting rate still lags (13 % a day), the daily pattern's lift
     is capped at two days of it (27 % where each hour rose 39 % above yesterday's), so the
-    pattern does not hold and the peaks' envelope pages at that crest, 10 h early."""
+    pattern does not hold and the peaks' envelope pages at that crest, 10 h early. Seed 26
+    (shortened; 30 % a day from 2.7 days) pages at its kill: the floor's rise reads
+    -8 % of the limit, from the highest floor of the week before (68 %), which is the
+    pod's first hours, whose lowest figure was no trough yet (a day's floor read over part
+    of a day); with no lasting growth there is no daily pattern ahead, and the climb that
+    kills stays below yesterday's crest until 40 minutes before the kill."""
     step, pod = _step(rng, (30, 60, 120)), "late-leak-0"
     limit = rng.uniform(24, 48) * GiB
     amp = rng.uniform(0.05, 0.2) * limit
