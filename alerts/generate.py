@@ -42,8 +42,8 @@ def _header(config: Config) -> str:
         f"  Page: short/medium < {duration(config.fill_critical_horizon_s)} beyond the "
         "peaks' envelope and its trend, or",
         f"        lasting < {duration(config.fill_lasting_page_horizon_s)}, or lasting < "
-        f"{duration(config.fill_lasting_confirm_horizon_s)} with a climb < "
-        f"{duration(config.fill_fast_confirm_horizon_s)}, or the peaks within",
+        f"{duration(config.fill_lasting_confirm_horizon_s)} (with teeth, their period) with a",
+        f"        climb < {duration(config.fill_fast_confirm_horizon_s)}, or the peaks within",
         f"        {config.fill_noise_band_swings:g}x the quiet hours' swing of the limit "
         "while the lasting horizon grows (every horizon",
         f"        x{config.fill_critical_clear_horizon_s / config.fill_critical_horizon_s:g}"

@@ -400,9 +400,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             u=q.UNRECLAIMABLE, w=duration(config.sharp_release_window_s),
             r=config.pattern_swing_ratio, limit=q.LIMIT)),
         # At least teeth_min_releases falls: k falls change the series 2k times at
-        # most, so more than 2n - 2 changes are n falls or more.
-        (q.TEETH, f"(changes({q.SHARP_RELEASE}[{bw}]) > {2 * config.teeth_min_releases - 2})"
-                  " * 0 + 1"),
+        # most, so more than 2n - 2 changes are n falls or more; a window of them is
+        # their period (each fall changes it twice, up and back down).
+        (q.TEETH_PERIOD, f"{2 * bw_s} / (changes({q.SHARP_RELEASE}[{bw}])"
+                         f" > {2 * config.teeth_min_releases - 2})"),
+        (q.TEETH, f"{q.TEETH_PERIOD} * 0 + 1"),
         (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),

@@ -182,7 +182,7 @@ def critical_condition(config: Config, scale: float) -> str:
               or
                 ${env_ttl} < ${lasting_page}${lasting_page_held}
               or
-                ${env_ttl} < ${confirm}
+                ${env_ttl} < on ${g} (${teeth_confirm} or on ${g} ${env_ttl} * 0 + ${confirm})
                 and on ${g}
                 ${fast} < ${fast_confirm}
             )
@@ -211,6 +211,13 @@ def critical_condition(config: Config, scale: float) -> str:
         pattern_page=h(config.fill_pattern_page_horizon_s),
         lasting_page=h(config.fill_lasting_page_horizon_s),
         confirm=h(config.fill_lasting_confirm_horizon_s),
+        # With teeth, the peaks cross on the tooth whose crest their trend puts past the
+        # limit: the envelope that many periods from it, not the confirm horizon (6 h,
+        # two teeth of 3 h: the page came on the tooth two before the one that kills).
+        teeth_confirm=(f"clamp_max(last_over_time({q.TEETH_PERIOD}"
+                       f"[{duration(config.lasting_hold_s)}]), "
+                       f"{config.fill_lasting_confirm_horizon_s})"
+                       + ("" if scale == 1 else f" * {number(scale)}")),
         fast_confirm=h(config.fill_fast_confirm_horizon_s),
     )
 

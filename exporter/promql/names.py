@@ -64,6 +64,7 @@ PATTERN_KNOWN = "headroom:memory_pattern_known:bool"
 RELEASED = "headroom:memory_released:bool"
 SHARP_RELEASE = "headroom:memory_sharp_release:bool"  # 0 or 1, every cgroup
 TEETH = "headroom:memory_teeth:bool"
+TEETH_PERIOD = "headroom:memory_teeth_period:seconds"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_LIFT = "headroom:memory_pattern_lift:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
@@ -214,6 +215,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     SHARP_RELEASE: "1 where the figure fell by more than the pattern swing within the "
     "sharp-release window (a flush, a batch's end, a restart), else 0: each fall reads "
     "1 at one or two lasting evaluations",
+    TEETH_PERIOD: "where the envelope window held at least three sharp releases "
+    "(SHARP_RELEASE changed five times or more): the window over the number of them, the "
+    "teeth's mean period (their next crest is about that far ahead)",
     TEETH: "1 where the envelope window held at least three sharp releases (SHARP_RELEASE "
     "changed five times or more): a sawtooth's teeth, which a daily swing (it falls over "
     "hours) does not have",
