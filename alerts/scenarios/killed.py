@@ -69,15 +69,13 @@ def sawtooth(rng: random.Random) -> Draw:
     the peaks climb until one crosses the limit after 2.5-3.5 days. One page, when the
     peaks are about to cross: no page for a tooth the history says is released.
 
-    Not yet held on every draw: seed 14 (shortened; teeth every 3.5 h) pages on the tooth
-    two before the one that kills, whose peak came within 2.4 % of the limit (2.6 quiet
-    swings; the envelope 5.7 h from the limit, the tooth's own climb within 2 h of it),
-    6 h 42 min before the kill against the period and two hours allowed (5 h 35 min).
-    The same at session 48's rules (a546872). Seed 22 (phase; teeth every 3.7 h cresting
-    at 96.5, 98 and 99.5 %) the same way: the envelope 5.8 h from the limit at the lasting
-    rate (10 % a day) and the tooth's climb within 2 h of it page on the tooth two before
-    the one that kills, 8 h 26 min ahead (5 h 42 min allowed). The page's confirm horizon
-    (6 h) is more than one period of these teeth; no recorded series knows the period."""
+    Seeds 14 (shortened; teeth every 3.5 h) and 22 (phase; every 3.7 h, cresting at
+    96.5, 98 and 99.5 %) paged on the tooth two before the one that kills, 6 h 42 min
+    and 8 h 26 min ahead (a period and two hours allowed): the envelope was 5.7-5.8 h
+    from the limit at the lasting rate, within the page's confirm horizon of 6 h, more
+    than one period of these teeth, and the tooth's own climb within 2 h of it. The
+    confirm horizon is now the teeth's period (TEETH_PERIOD) where the pattern has
+    teeth; both hold, with seeds 0-23."""
     step, pod = _step(rng, (60, 90, 120)), "sawtooth-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
@@ -157,12 +155,13 @@ def late_leak(rng: random.Random) -> Draw:
     then a leak of 15-40 % of the limit a day begins and runs to the kill: the days before are the
     pattern the leak climbs out of. A page ahead of the kill, not hours early.
 
-    Not yet held on every draw (17 of 18 at seeds 0-17): a leak of 39 % a day that begins
-    1.7 days in under a 24-h swing (seed 14, shortened ranges) crests at 97.8 % of the
-    limit 10 h before the kill, a day after it began, falls to 95 % with the swing and
-    climbs to the kill. The lasting rate still lags (13 % a day), the daily pattern's lift
-    is capped at two days of it (27 % where each hour rose 39 % above yesterday's), so the
-    pattern does not hold and the peaks' envelope pages at that crest, 10 h early. Seed 26
+    A leak of 39 % a day that begins 1.7 days in under a 24-h swing (seed 14, shortened
+    ranges) crests at 97.8 % of the limit 10 h before the kill, a day after it began,
+    falls to 95 % with the swing and climbs to the kill. The lasting rate still lags (13 %
+    a day); the daily pattern's lift was capped at two days of it (27 % where each hour
+    rose 39 % above yesterday's), so the pattern did not hold and the peaks' envelope
+    paged at that crest, 10 h early. A rise that ramps now lifts the pattern uncapped and
+    the pattern holds against its lift: it holds. Not yet held on every draw: seed 26
     (shortened; 30 % a day from 2.7 days) pages at its kill: the floor's rise reads
     -8 % of the limit, from the highest floor of the week before (68 %), which is the
     pod's first hours, whose lowest figure was no trough yet (a day's floor read over part
