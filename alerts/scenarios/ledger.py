@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from alerts.generate import rules_yaml
 
@@ -64,11 +67,14 @@ def _code(source: str) -> bytes:
 
 
 def fingerprint() -> str:
-    """What a sweep replays, by content: the shipped rules as promtool loads them, and the
-    code of the scenario package that draws each seed's series and judges them."""
+    """What a sweep replays, by content: the shipped rules as promtool loads them (parsed:
+    not their comments), and the code of the scenario package that draws each seed's
+    series and judges them (not its docstrings)."""
     here = Path(__file__).resolve().parent
     sources = sorted(p for p in here.glob("*.py") if p.name not in _TOOLING)
-    return (f"rules {_digest([rules_yaml().encode()])}, scenarios "
+    # The rules as parsed: their comments (each series' help) change no evaluation.
+    rules = json.dumps(yaml.safe_load(rules_yaml()), sort_keys=True)
+    return (f"rules {_digest([rules.encode()])}, scenarios "
             f"{_digest(p.name.encode() + _code(p.read_text(encoding='utf-8')) for p in sources)}")
 
 
