@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from alerts import alertmanager
 from alerts.generate import rules_yaml
 
 HEADER = "# rules at "
@@ -68,12 +69,15 @@ def _code(source: str) -> bytes:
 
 def fingerprint() -> str:
     """What a sweep replays, by content: the shipped rules as promtool loads them (parsed:
-    not their comments), and the code of the scenario package that draws each seed's
-    series and judges them (not its docstrings)."""
+    not their comments) with the Alertmanager configuration the notifications are
+    counted through, and the code of the scenario package that draws each seed's series
+    and judges them (not its docstrings)."""
     here = Path(__file__).resolve().parent
     sources = sorted(p for p in here.glob("*.py") if p.name not in _TOOLING)
-    # The rules as parsed: their comments (each series' help) change no evaluation.
-    rules = json.dumps(yaml.safe_load(rules_yaml()), sort_keys=True)
+    # The rules as parsed (their comments, each series' help, change no evaluation) and
+    # the Alertmanager inhibitions the notifications are counted through.
+    rules = json.dumps({"rules": yaml.safe_load(rules_yaml()),
+                        "alertmanager": alertmanager.config()}, sort_keys=True)
     return (f"rules {_digest([rules.encode()])}, scenarios "
             f"{_digest(p.name.encode() + _code(p.read_text(encoding='utf-8')) for p in sources)}")
 
