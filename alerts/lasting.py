@@ -11,7 +11,7 @@ from typing import Any
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr, number, one_of, selector, series
+from exporter.promql import Config, by, duration, expr, one_of, selector, series
 
 from .build import Rule, counted, exported, held, indent, recording_rules, spans
 from .forecast import min_rise, pattern_windows_s
@@ -457,19 +457,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # where lasting growth is seen; recorded once for the four windows ahead.
         # (max by: one series per cgroup, whichever branch gives it; the lasting
         # trend's horizon label goes.)
-        # Uncapped where that rise is a ramp (it grew by more than a share of itself
-        # over the ramp window): a leak younger than a day and a half; a step a period
-        # ago lifted the recent hours at once, and its rise has stood still since.
         (q.PATTERN_LIFT, expr(
             """
             max by ${g} (
                 (
-                    last_over_time(${prise}[${hold}])
-                    and on ${g}
-                    ${kept} * min_over_time(${prise}[${recent}])
-                  > on ${g}
-                    last_over_time(${prise}[${hold}] offset ${ramp})
-                  or on ${g}
                     min_over_time(${prise}[${recent}]) < on ${g} ${cap} * ${period_trend}
                   or on ${g}
                     ${cap} * ${period_trend} and on ${g} min_over_time(${prise}[${recent}])
@@ -481,9 +472,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             )
             """,
             prise=q.PATTERN_RISE, g=gb, cap=config.pattern_recent_max_trends,
-            recent=duration(config.pattern_recent_s), period_trend=period_trend,
-            kept=number(1 - config.pattern_ramp_share), hold=duration(config.lasting_hold_s),
-            ramp=duration(config.pattern_ramp_s))),
+            recent=duration(config.pattern_recent_s), period_trend=period_trend)),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
@@ -497,8 +486,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),
         # The daily pattern holds where no hour of the envelope window rose above its
-        # pattern's by more than its lift explains (the lasting trend, or a young leak's
-        # rise now: every hour of its day rose less than the last), within the peaks' margin
+        # pattern's by more than the lasting trend explains, within the peaks' margin
         # and the quiet hours' swing: a sawtooth whose teeth drift through the day, a
         # weekday after a weekend or a new load does not hold.
         (q.PATTERN_HOLDS, expr(
@@ -511,7 +499,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 ${spans}
             ) * 0 + 1
             """,
-            rise=q.PATTERN_RISE, bw=bw, g=gb, trend=q.PATTERN_LIFT, allowance=pattern_allowance,
+            rise=q.PATTERN_RISE, bw=bw, g=gb, trend=period_trend, allowance=pattern_allowance,
             spans=spans(q.PATTERN_RISE, bw_s - config.lasting_hold_s,
                         config.lasting_hold_s))),
         # The last hour rose above the same hours a period ago by more than a period of

@@ -245,16 +245,13 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "period of lasting growth, or the least rise of the last three hours above the same "
     "hours one period ago (PATTERN_RISE) where that is more, up to two periods of lasting "
     "growth: the lasting rate lags a leak younger than two envelope windows, and a step "
-    "a period ago is already in the hours ahead; the rise now, uncapped, where it is a "
-    "ramp (the recent hours' least rise more than a quarter above the rise 20 h ago: a "
-    "leak younger than about a day and a half; a step's rise stands still) (absent "
-    "without lasting growth)",
+    "a period ago is already in the hours ahead (absent without lasting growth)",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus PATTERN_LIFT "
     "(absent without lasting growth)",
     PATTERN_HOLDS: "1 where the daily pattern held over the envelope window: no hour "
-    "rose above the pattern's hours (PATTERN_RISE) by more than the pattern's lift "
-    "(PATTERN_LIFT) plus the peaks' margin and the quiet hours' swing, over a whole window. "
+    "rose above the pattern's hours (PATTERN_RISE) by more than a period of lasting "
+    "growth plus the peaks' margin and the quiet hours' swing, over a whole window. "
     "There, a pattern peak below the limit means the peaks stay below it for those "
     "hours, and the page does not start on the envelope's straight line (a fast leak "
     "under a daily swing crests near the limit half a day before the climb that kills)",

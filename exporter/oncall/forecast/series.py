@@ -39,8 +39,6 @@ class Windows:
     # The daily pattern lifted by the least rise of the hours this recent above theirs, where more
     pattern_recent: float = 3 * 3600.0
     pattern_recent_max_trends: float = 2.0  # ...up to this many periods of the trend
-    pattern_ramp: float = 20 * 3600.0  # ...unless the rise grew over this long
-    pattern_ramp_share: float = 0.25  # ...by more than this share of itself
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
@@ -71,8 +69,6 @@ class Windows:
                    config.pattern_period_s, config.lasting_interval_s,
                    pattern_recent=config.pattern_recent_s,
                    pattern_recent_max_trends=config.pattern_recent_max_trends,
-                   pattern_ramp=config.pattern_ramp_s,
-                   pattern_ramp_share=config.pattern_ramp_share,
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
