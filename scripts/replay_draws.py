@@ -47,9 +47,13 @@ def rules_commit() -> str:
     return commit + ("+changes" if git("status", "--porcelain", "alerts", "exporter") else "")
 
 
-def summarize(paths: list[str], classes: list[str]) -> int:
+def summarize(paths: list[str], classes: list[str], at: str | None = None) -> int:
     logs = [ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
             for p in paths]
+    if at is not None:
+        # Only the draws replayed at that fingerprint (rules that were reverted leave
+        # later results that no longer say what the rules in force do).
+        logs = [[r for r in log if at in r.fingerprint] for log in logs]
     latest = ledger.merge(logs)
     print("\n".join(ledger.summary(latest, classes)))
     return 0 if all(r.passed for r in latest.values()) else 1
@@ -67,9 +71,13 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=10, help="draws per promtool run")
     ap.add_argument("--summary", nargs="+", metavar="LOG",
                     help="merge these runs' logs into a pass count per class; replay nothing")
+    ap.add_argument("--at", metavar="DIGEST",
+                    help="with --summary: only the draws whose fingerprint holds this "
+                         "(e.g. 'rules 98b65e30ecc7', or the current one: 'now')")
     args = ap.parse_args()
     if args.summary:
-        return summarize(args.summary, args.classes or list(generator.CLASSES))
+        at = ledger.fingerprint() if args.at == "now" else args.at
+        return summarize(args.summary, args.classes or list(generator.CLASSES), at)
     promtool = shutil.which("promtool")
     if promtool is None:
         print("promtool is not installed", file=sys.stderr)

@@ -6,6 +6,8 @@ and the summary names every failing seed with the rules it failed at."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 from alerts.scenarios import generator, ledger, sweep
@@ -105,3 +107,27 @@ def test_a_run_whose_replay_fails_fails_its_draws_and_the_sweep_goes_on(
                         for o in outcomes)
     assert sorted((r.seed, r.passed, r.problems) for r in ledger.parse(printed)) == sorted(
         (s, False, problem) for _, s, _ in jobs)
+
+
+def test_the_summary_at_one_fingerprint_leaves_out_draws_of_other_rules(
+        tmp_path: Path) -> None:
+    # Rules tried and reverted leave later results: --at counts only the draws replayed
+    # at the rules asked for, so the earlier result of the same seed is the one counted.
+    kept = "rules aaaaaaaaaaaa, scenarios cccccccccccc"
+    reverted = "rules bbbbbbbbbbbb, scenarios cccccccccccc"
+    first, later = tmp_path / "1.log", tmp_path / "2.log"
+    first.write_text("\n".join([ledger.header("4beae29", kept),
+                                ledger.line(_label(4), "phase", 10, [])]) + "\n")
+    later.write_text("\n".join([ledger.header("7496d62", reverted),
+                                ledger.line(_label(4), "phase", 10, ["early"])]) + "\n")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "replay_draws.py"
+
+    def summary(*extra: str) -> list[str]:
+        out = subprocess.run([sys.executable, str(script), "fast-ramp", "--summary",
+                              str(first), str(later), *extra],
+                             capture_output=True, text=True, check=False).stdout
+        return out.splitlines()
+
+    assert summary()[-2].split() == ["all", "0/1"]
+    assert summary("--at", "rules aaaa")[-2].split() == ["all", "1/1"]
+    assert summary("--at", "rules aaaa")[-1] == f"1 draws at {kept} (commits: 4beae29)"
