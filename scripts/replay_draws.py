@@ -15,7 +15,8 @@ Draw i of a class uses seed i and variant i % 3 (as shipped; samples half way be
 evaluations; every range 1 ms shorter). A failing draw prints its seed, parameters and
 what failed; rerun one with ``--seed N --variant V CLASS``. The first line names the
 checkout's commit and what it replays (``ledger.fingerprint``: the parsed rules with the
-Alertmanager configuration, and the scenario code without docstrings); ``--summary LOG...`` merges the logs of several runs of a
+Alertmanager configuration, and the scenario code without docstrings);
+``--summary LOG...`` merges the logs of several runs of a
 sweep (the later result of a draw wins) into one pass count per class, with the number
 of draws replayed at each rules and scenarios (``alerts/scenarios/ledger.py``):
 
