@@ -11,7 +11,7 @@ from typing import Any
 
 from exporter import catalog as c
 from exporter import promql as q
-from exporter.promql import Config, by, duration, expr, one_of, selector, series
+from exporter.promql import Config, by, duration, expr, number, one_of, selector, series
 
 from .build import Rule, counted, exported, held, indent, recording_rules, spans
 from .forecast import min_rise, pattern_windows_s
@@ -309,6 +309,10 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.SETTLED_HOURLY_MIN}[{bw}])"),
+        # The floors the week remembers: of whole windows only. A young pod's first
+        # hours may hold no trough yet (late-leak seed 26's read 68 % where its troughs
+        # were 60 %, and its leak's floor never rose above it).
+        (q.WHOLE_BASELINE, f"{q.UNRECLAIMABLE_BASELINE} and on {gb} {q.FLOOR_COVER} > 0"),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_LEVEL, f"{q.PEAK_ENVELOPE} > {q.HOURLY_MAX} or {q.HOURLY_MAX}"),
@@ -457,10 +461,25 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # where lasting growth is seen; recorded once for the four windows ahead.
         # (max by: one series per cgroup, whichever branch gives it; the lasting
         # trend's horizon label goes.)
+        # Uncapped where that rise is a ramp (its least over the recent hours grew by
+        # more than a share of itself over the ramp window, above the most of the same
+        # hours then): a leak younger than a day and a half; a step a period ago lifted
+        # the recent hours at once, and its rise has stood still since. Not where the
+        # pattern has teeth: teeth that drift through the day rise and fall against the
+        # same hours a period ago by most of their height (sawtooth seed 4 read a ramp
+        # 23 h before its kill, and its pattern put the limit within the hour).
         (q.PATTERN_LIFT, expr(
             """
             max by ${g} (
                 (
+                    last_over_time(${prise}[${hold}])
+                    and on ${g}
+                    ${kept} * min_over_time(${prise}[${recent}])
+                  > on ${g}
+                    max_over_time(${prise}[${recent}] offset ${ramp})
+                  unless on ${g}
+                    ${teeth}
+                  or on ${g}
                     min_over_time(${prise}[${recent}]) < on ${g} ${cap} * ${period_trend}
                   or on ${g}
                     ${cap} * ${period_trend} and on ${g} min_over_time(${prise}[${recent}])
@@ -472,7 +491,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             )
             """,
             prise=q.PATTERN_RISE, g=gb, cap=config.pattern_recent_max_trends,
-            recent=duration(config.pattern_recent_s), period_trend=period_trend)),
+            recent=duration(config.pattern_recent_s), period_trend=period_trend,
+            kept=number(1 - config.pattern_ramp_share), hold=duration(config.lasting_hold_s),
+            ramp=duration(config.pattern_ramp_s), teeth=q.TEETH)),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(
@@ -486,7 +507,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             back=duration(config.pattern_period_s - w)))
           for w in pattern_windows_s(config)),
         # The daily pattern holds where no hour of the envelope window rose above its
-        # pattern's by more than the lasting trend explains, within the peaks' margin
+        # pattern's by more than its lift explains (the lasting trend, or a young leak's
+        # rise now: every hour of its day rose less than the last), within the peaks' margin
         # and the quiet hours' swing: a sawtooth whose teeth drift through the day, a
         # weekday after a weekend or a new load does not hold.
         (q.PATTERN_HOLDS, expr(
@@ -499,7 +521,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 ${spans}
             ) * 0 + 1
             """,
-            rise=q.PATTERN_RISE, bw=bw, g=gb, trend=period_trend, allowance=pattern_allowance,
+            rise=q.PATTERN_RISE, bw=bw, g=gb, trend=q.PATTERN_LIFT, allowance=pattern_allowance,
             spans=spans(q.PATTERN_RISE, bw_s - config.lasting_hold_s,
                         config.lasting_hold_s))),
         # The last hour rose above the same hours a period ago by more than a period of
@@ -595,7 +617,7 @@ def floor_memory_recording_rules(config: Config) -> list[Rule]:
                     bw_s=config.baseline_window_s)
 
     return recording_rules([
-        (q.HIGHEST_FLOOR, f"max_over_time({q.UNRECLAIMABLE_BASELINE}[{duration(back)}]"
+        (q.HIGHEST_FLOOR, f"max_over_time({q.WHOLE_BASELINE}[{duration(back)}]"
                           f" offset {bw})"),
         (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
                              f" offset {bw})"),

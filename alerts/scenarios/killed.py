@@ -75,7 +75,11 @@ def sawtooth(rng: random.Random) -> Draw:
     from the limit at the lasting rate, within the page's confirm horizon of 6 h, more
     than one period of these teeth, and the tooth's own climb within 2 h of it. The
     confirm horizon is now the teeth's period (TEETH_PERIOD) where the pattern has
-    teeth; both hold, with seeds 0-23."""
+    teeth; both hold, with seeds 0-23. Seed 4 (phase; teeth every 4.2 h) paged 23 h
+    early with 5 notifications under a daily pattern lifted where its rise ramps: teeth
+    that drift through the day rose 8 GiB above the same hours a day ago where 20 h
+    before they had risen 0.4, and the pattern put the limit within the hour. The ramp
+    now needs a pattern without teeth and compares the most of the same hours then."""
     step, pod = _step(rng, (60, 90, 120)), "sawtooth-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
@@ -155,20 +159,19 @@ def late_leak(rng: random.Random) -> Draw:
     then a leak of 15-40 % of the limit a day begins and runs to the kill: the days before are the
     pattern the leak climbs out of. A page ahead of the kill, not hours early.
 
-    Not yet held on every draw: a leak of 39 % a day that begins 1.7 days in under a 24-h
-    swing (seed 14, shortened ranges) crests at 97.8 % of the limit 10 h before the kill,
-    a day after it began, falls to 95 % with the swing and climbs to the kill. The lasting
-    rate still lags (13 % a day), the daily pattern's lift is capped at two days of it
-    (27 % where each hour rose 39 % above yesterday's), so the pattern does not hold and
-    the peaks' envelope pages at that crest, 10 h early. A lift of the rise now, uncapped
-    where that rise ramps (a quarter above the rise 20 h before), with the pattern held
-    against its lift, made it hold, but paged sawtooth seed 4 23 h early (session 51,
-    not kept). Seed 26
-    (shortened; 30 % a day from 2.7 days) pages at its kill: the floor's rise reads
-    -8 % of the limit, from the highest floor of the week before (68 %), which is the
-    pod's first hours, whose lowest figure was no trough yet (a day's floor read over part
-    of a day); with no lasting growth there is no daily pattern ahead, and the climb that
-    kills stays below yesterday's crest until 40 minutes before the kill."""
+    A leak of 39 % a day that begins 1.7 days in under a 24-h swing (seed 14, shortened
+    ranges) crests at 97.8 % of the limit 10 h before the kill, a day after it began,
+    falls to 95 % with the swing and climbs to the kill. The lasting rate still lags (13 %
+    a day); the daily pattern's lift was capped at two days of it (27 % where each hour
+    rose 39 % above yesterday's), so the pattern did not hold and the peaks' envelope
+    paged at that crest, 10 h early. A rise that ramps now lifts the pattern uncapped and
+    the pattern holds against its lift: it holds. Seed 26 (shortened; 30 % a day from
+    2.7 days) paged at its kill: the floor's rise read -8 % of the limit, from the
+    highest floor of the week before (68 %), which was the pod's first hours, whose
+    lowest figure was no trough yet (a day's floor read over part of a day); with no
+    lasting growth there was no daily pattern ahead, and the climb that kills stayed
+    below yesterday's crest until 40 minutes before the kill. The floor memory now
+    keeps floors of whole windows only (WHOLE_BASELINE): it holds."""
     step, pod = _step(rng, (30, 60, 120)), "late-leak-0"
     limit = rng.uniform(24, 48) * GiB
     amp = rng.uniform(0.05, 0.2) * limit

@@ -51,6 +51,7 @@ OOM_KILLED = "headroom:memory_oom_killed:bool"  # per pod
 WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
 HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
 UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
+WHOLE_BASELINE = "headroom:memory_unreclaimable:whole_baseline"
 UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_LEVEL = "headroom:memory_peak_level:bytes"
@@ -179,6 +180,10 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
     "window (from the settled hourly minima)",
+    WHOLE_BASELINE: "UNRECLAIMABLE_BASELINE where the workload lived its whole envelope "
+    "window past its warm-up (settled figures in the window before: FLOOR_COVER): a "
+    "young pod's first hours, whose lowest figure was no trough yet, are no floor for "
+    "HIGHEST_FLOOR to remember",
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
     PEAK_LEVEL: "the higher of PEAK_ENVELOPE and the last hour's highest figure: what "
@@ -245,13 +250,17 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "period of lasting growth, or the least rise of the last three hours above the same "
     "hours one period ago (PATTERN_RISE) where that is more, up to two periods of lasting "
     "growth: the lasting rate lags a leak younger than two envelope windows, and a step "
-    "a period ago is already in the hours ahead (absent without lasting growth)",
+    "a period ago is already in the hours ahead; the rise now, uncapped, where it is a "
+    "ramp (the recent hours' least rise more than a quarter above the most of the same "
+    "hours 20 h ago: a leak younger than about a day and a half; a step's rise stands "
+    "still) and the pattern has no teeth (TEETH: drifting teeth are no ramp) (absent "
+    "without lasting growth)",
     PATTERN_PEAK: "the peak the daily pattern forecasts within the hours ahead (label "
     "within): the highest figure of those hours one period ago plus PATTERN_LIFT "
     "(absent without lasting growth)",
     PATTERN_HOLDS: "1 where the daily pattern held over the envelope window: no hour "
-    "rose above the pattern's hours (PATTERN_RISE) by more than a period of lasting "
-    "growth plus the peaks' margin and the quiet hours' swing, over a whole window. "
+    "rose above the pattern's hours (PATTERN_RISE) by more than the pattern's lift "
+    "(PATTERN_LIFT) plus the peaks' margin and the quiet hours' swing, over a whole window. "
     "There, a pattern peak below the limit means the peaks stay below it for those "
     "hours, and the page does not start on the envelope's straight line (a fast leak "
     "under a daily swing crests near the limit half a day before the climb that kills)",
@@ -287,7 +296,7 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "window: what SharedMemoryFillingUp compares with the mount's size",
 }
 FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
-    HIGHEST_FLOOR: "the highest floor (UNRECLAIMABLE_BASELINE) recorded over the floor "
+    HIGHEST_FLOOR: "the highest floor of a whole window (WHOLE_BASELINE) recorded over the floor "
     "memory before the last envelope window: a weekly pattern's weekday floor comes back "
     "to it (no lasting growth), a leak's floor rises above it",
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "

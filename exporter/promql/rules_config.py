@@ -116,6 +116,14 @@ class Config:
     # ...at most this many periods of the lasting trend (a step a period ago lifts the
     # recent hours as much; a leak 1.5 envelope windows old reads half its rate).
     pattern_recent_max_trends: float = 2.0
+    # ...unless that rise is a ramp: it grew by more than this share of itself over
+    # pattern_ramp_s. A leak younger than about a day and a half rises above the same
+    # hours a day ago more with every hour (its lasting rate lags it most: the cap paged
+    # one 10 h early and another at its kill); a step 20 h ago or more lifted those hours
+    # at once and its rise has stood still since (its anniversary, which the hours ahead
+    # a day ago already hold, is then within the pattern's 1-3 h windows at most).
+    pattern_ramp_s: int = 20 * HOUR
+    pattern_ramp_share: float = 0.25
     # How long a figure recorded every lasting_interval_s is held by its readers.
     lasting_hold_s: int = 15 * MINUTE
     # The peaks' own forecast carries each part of the envelope window on by the lasting

@@ -589,6 +589,105 @@ def test_a_young_leak_under_a_daily_swing_is_forecast_at_the_rise_above_yesterda
     assert yesterday is not None and yesterday + lasting * day < limit
 
 
+def test_a_rise_that_ramps_lifts_the_pattern_uncapped_and_a_step_a_day_old_stays_capped(
+) -> None:
+    """PATTERN_LIFT's mirror, at a lasting rate that lags (a third of the leak's: the
+    rules read 13 % a day on a leak of 39 %). A leak of 12 GiB a day that began 1.2 days
+    ago under a daily swing rises above yesterday's hours more every hour: the lift is
+    the rise now, and the hours ahead cross the limit, which yesterday's hours lifted
+    by the cap (two days of the lagging rate) do not. A step of 8 GiB 21 h ago over a
+    slow leak lifted the recent hours at once and its rise stands still: the hours
+    ahead a day ago already hold it (its anniversary is 3 h ahead), so the lift stays
+    capped and the step is not counted twice."""
+    from exporter.oncall.forecast.mirror import pattern_time_to_limit
+    from exporter.oncall.forecast.series import highest, pattern_rise
+
+    w = fc.Windows.of()
+    day, hour = 86400.0, 3600.0
+
+    def at(fn: Callable[[float], float], now: float) -> list[tuple[float, float]]:
+        return [(i * 60.0, fn(i * 60.0)) for i in range(int(now / 60) + 1)]
+
+    def ahead_of(pts: list[tuple[float, float]], now: float, hours: float) -> float:
+        # The pattern's window of that many hours: yesterday's highest figure there.
+        top = highest(pts, now - day - 3 * w.lasting_interval, now - day + hours * hour)
+        assert top is not None
+        return top
+
+    start, rate = 2.0 * day, 12 * GiB / day
+
+    def leak(t: float) -> float:
+        return (18 * GiB + 4 * GiB * math.sin(2 * math.pi * t / day)
+                + rate * max(0.0, t - start))
+
+    now = start + 1.2 * day
+    pts = at(leak, now)
+    lagging = rate / 3
+    rise_now = pattern_rise(pts, now, w)
+    assert rise_now is not None and rise_now > 2 * lagging * day
+    limit = ahead_of(pts, now, 3) + 0.8 * rise_now  # past the capped lift, not the rise
+    assert ahead_of(pts, now, 6) + 2 * lagging * day < limit
+    ttl = pattern_time_to_limit(pts, now, w, limit, lagging)
+    assert ttl is not None and ttl <= 3 * hour
+
+    stepped_at, slow = 3.0 * day, 0.5 * GiB / day
+
+    def step(t: float) -> float:
+        return 22 * GiB + slow * t + (8 * GiB if t >= stepped_at else 0.0)
+
+    now = stepped_at + 21 * hour
+    pts = at(step, now)
+    rise_now = pattern_rise(pts, now, w)
+    assert rise_now is not None and rise_now > 8 * GiB
+    limit = ahead_of(pts, now, 6) + 0.5 * rise_now  # the step twice would cross
+    assert ahead_of(pts, now, 6) + 2 * slow * day < limit
+    assert pattern_time_to_limit(pts, now, w, limit, slow) is None
+
+
+def test_a_rise_that_ramps_under_teeth_leaves_the_lift_capped() -> None:
+    """Teeth that drift through the day rise and fall against the same hours a day ago
+    by most of their height, and once read as a ramp (sawtooth seed 4, 23 h before its
+    kill: its pattern put the limit within the hour). Where the pattern has teeth the
+    daily pattern's lift stays capped even where the rise does ramp: teeth every 4 h, a
+    tenth of the limit high, with a leak of 12 GiB a day that began 1.1 days ago (the
+    lasting rate lags it, a third). The hours ahead a day ago lifted by the rise now
+    would cross the limit; lifted by the cap they do not. The envelope's forecast, which
+    carries the tallest tooth on, is the one that reads teeth."""
+    from exporter.oncall.forecast.mirror import pattern_time_to_limit
+    from exporter.oncall.forecast.series import (
+        greatest_recent_pattern_rise,
+        highest,
+        pattern_rise,
+        recent_pattern_rise,
+        teeth,
+    )
+
+    w = fc.Windows.of()
+    day, hour, limit = 86400.0, 3600.0, 40 * GiB
+    period, height, rate = 4 * hour, 0.1 * limit, 12 * GiB / day
+    start = 2.0 * day
+    now = start + 1.1 * day
+
+    def saw(t: float) -> float:
+        phase = (t % period) / period
+        tooth = phase / 0.7 if phase < 0.7 else 0.0  # fills 70 % of the period, then flushed
+        return 14 * GiB + height * tooth + rate * max(0.0, t - start)
+
+    pts = [(i * 60.0, saw(i * 60.0)) for i in range(int(now / 60) + 1)]
+    recent = recent_pattern_rise(pts, now, w)
+    before = greatest_recent_pattern_rise(pts, now - w.pattern_ramp, w)
+    rise_now = pattern_rise(pts, now, w)
+    assert recent is not None and before is not None and rise_now is not None
+    assert (1 - w.pattern_ramp_share) * recent > before  # the rise ramps
+    assert teeth(pts, now, w, limit)
+    lagging = rate / 3
+    yesterday = highest(pts, now - day - 3 * w.lasting_interval, now - day + 6 * hour)
+    assert yesterday is not None
+    limit_between = yesterday + (2 * lagging * day + rise_now) / 2
+    assert yesterday + 2 * lagging * day < limit_between < yesterday + rise_now
+    assert pattern_time_to_limit(pts, now, w, limit_between, lagging) is None
+
+
 def test_a_row_whose_peaks_are_in_the_noise_band_says_so_and_sorts_first() -> None:
     """The page fires on the noise band whatever the trend's hours say: top shows
     "in noise" under TO LIMIT, styles it and sorts it above a sooner time to limit."""

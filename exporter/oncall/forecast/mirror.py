@@ -27,9 +27,11 @@ from exporter.oncall.forecast.series import (
     envelope,
     floor,
     floor_rise,
+    greatest_recent_pattern_rise,
     growth,
     highest,
     min_rise,
+    pattern_rise,
     pattern_signs,
     quiet_swing,
     recent_pattern_rise,
@@ -69,14 +71,26 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
     """The daily pattern (PATTERN_PEAK, then the lasting part of
     TIME_TO_LIMIT_BY_HORIZON): the first window ahead whose highest figure one period
     ago, lifted by a period of lasting growth or by the recent hours' least rise above
-    theirs where that is more (at most ``pattern_recent_max_trends`` periods of it),
-    reaches the limit now (its length)."""
+    theirs where that is more (at most ``pattern_recent_max_trends`` periods of it,
+    unless that rise grew by more than ``pattern_ramp_share`` of itself over
+    ``pattern_ramp`` and the pattern has no teeth: a young leak's), reaches the limit
+    now (its length)."""
     if lasting_rate is None or lasting_rate <= 0:
         return None
     lift = lasting_rate * w.pattern_period
     recent = recent_pattern_rise(points, now, w)
-    if recent is not None and recent > lift:
-        lift = min(recent, w.pattern_recent_max_trends * lift)
+    if recent is not None:
+        # A ramp: the rise now (it grows by the hour); else the recent hours' least, at
+        # most the cap, where it is more than a period of the trend. Teeth that drift
+        # through the day are no ramp.
+        before = greatest_recent_pattern_rise(points, now - w.pattern_ramp, w)
+        latest = pattern_rise(points, now, w)
+        if (before is not None and latest is not None
+                and (1 - w.pattern_ramp_share) * recent > before
+                and not teeth(points, now, w, limit)):
+            lift = max(lift, latest)
+        elif recent > lift:
+            lift = min(recent, w.pattern_recent_max_trends * lift)
     back = now - w.pattern_period
     for ahead in w.pattern_ahead:
         # max_over_time(HOURLY_MAX[ahead - 1h + 3 intervals] offset (period - ahead))

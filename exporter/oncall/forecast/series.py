@@ -39,6 +39,8 @@ class Windows:
     # The daily pattern lifted by the least rise of the hours this recent above theirs, where more
     pattern_recent: float = 3 * 3600.0
     pattern_recent_max_trends: float = 2.0  # ...up to this many periods of the trend
+    pattern_ramp: float = 20 * 3600.0  # ...unless the rise grew over this long
+    pattern_ramp_share: float = 0.25  # ...by more than this share of itself
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
@@ -69,6 +71,8 @@ class Windows:
                    config.pattern_period_s, config.lasting_interval_s,
                    pattern_recent=config.pattern_recent_s,
                    pattern_recent_max_trends=config.pattern_recent_max_trends,
+                   pattern_ramp=config.pattern_ramp_s,
+                   pattern_ramp_share=config.pattern_ramp_share,
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
@@ -286,13 +290,25 @@ def pattern_rise(points: Sequence[Point], now: float, w: Windows) -> float | Non
     return None if last is None or before is None else last - before
 
 
+def _recent_pattern_rises(points: Sequence[Point], now: float, w: Windows) -> list[float]:
+    """PATTERN_RISE at each lasting interval of the recent hours."""
+    count = int(w.pattern_recent // w.lasting_interval)
+    return [r for k in range(count)
+            if (r := pattern_rise(points, now - k * w.lasting_interval, w)) is not None]
+
+
 def recent_pattern_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
     """``min_over_time(PATTERN_RISE[pattern_recent])``: the least rise of the recent
     hours above the same hours one period ago, at each lasting interval."""
-    count = int(w.pattern_recent // w.lasting_interval)
-    rises = [r for k in range(count)
-             if (r := pattern_rise(points, now - k * w.lasting_interval, w)) is not None]
+    rises = _recent_pattern_rises(points, now, w)
     return min(rises) if rises else None
+
+
+def greatest_recent_pattern_rise(points: Sequence[Point], now: float, w: Windows
+                             ) -> float | None:
+    """``max_over_time(PATTERN_RISE[pattern_recent])``: the most of those rises."""
+    rises = _recent_pattern_rises(points, now, w)
+    return max(rises) if rises else None
 
 
 def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
