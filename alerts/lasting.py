@@ -309,10 +309,16 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.WORKING_SET_HOURLY_MIN, f"min_over_time({q.WORKING_SET}[{hw}])"),
         (q.HIDDEN_HOURLY_MIN, f"min_over_time({q.HIDDEN}[{hw}])"),
         (q.UNRECLAIMABLE_BASELINE, f"min_over_time({q.SETTLED_HOURLY_MIN}[{bw}])"),
-        # The floors the week remembers: of whole windows only. A young pod's first
-        # hours may hold no trough yet (late-leak seed 26's read 68 % where its troughs
-        # were 60 %, and its leak's floor never rose above it).
-        (q.WHOLE_BASELINE, f"{q.UNRECLAIMABLE_BASELINE} and on {gb} {q.FLOOR_COVER} > 0"),
+        # The floors the week remembers: of windows the workload lived most of, past
+        # its warm-up. A young pod's first hours may hold no trough yet (late-leak seed
+        # 26's read 68 % where its troughs were 60 %, and its leak's floor never rose
+        # above it); its first day, read whole, may be its only weekday before a
+        # weekend (weekly seed 0, started on a Friday).
+        (q.WHOLE_BASELINE, expr(
+            "${floor} and on ${g} last_over_time(${settled}[${hold}] offset ${cover})",
+            floor=q.UNRECLAIMABLE_BASELINE, g=gb, settled=q.SETTLED_HOURLY_MIN,
+            hold=duration(config.lasting_hold_s),
+            cover=duration(config.floor_memory_min_cover_s))),
         # Before the last hour: a climb now is compared with what the peaks reached.
         (q.PEAK_ENVELOPE, f"max_over_time({q.HOURLY_MAX}[{bw}] offset {hw})"),
         (q.PEAK_LEVEL, f"{q.PEAK_ENVELOPE} > {q.HOURLY_MAX} or {q.HOURLY_MAX}"),

@@ -171,7 +171,9 @@ def late_leak(rng: random.Random) -> Draw:
     lowest figure was no trough yet (a day's floor read over part of a day); with no
     lasting growth there was no daily pattern ahead, and the climb that kills stayed
     below yesterday's crest until 40 minutes before the kill. The floor memory now
-    keeps floors of whole windows only (WHOLE_BASELINE): it holds."""
+    keeps floors read over 22 h of a window at least (WHOLE_BASELINE): it holds. (Whole
+    windows only, tried first, lost weekly seed 0's weekday floor: a pod started on a
+    Friday has one weekday, its first day, before a weekend.)"""
     step, pod = _step(rng, (30, 60, 120)), "late-leak-0"
     limit = rng.uniform(24, 48) * GiB
     amp = rng.uniform(0.05, 0.2) * limit

@@ -180,9 +180,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     HIDDEN_HOURLY_MIN: "lowest hidden memory over the last hour",
     UNRECLAIMABLE_BASELINE: "the floor: lowest unreclaimable figure over the envelope "
     "window (from the settled hourly minima)",
-    WHOLE_BASELINE: "UNRECLAIMABLE_BASELINE where the workload lived its whole envelope "
-    "window past its warm-up (settled figures in the window before: FLOOR_COVER): a "
-    "young pod's first hours, whose lowest figure was no trough yet, are no floor for "
+    WHOLE_BASELINE: "UNRECLAIMABLE_BASELINE where the workload lived most of its "
+    "envelope window past its warm-up (a settled hourly minimum 22 h ago): a young "
+    "pod's first hours, whose lowest figure was no trough yet, are no floor for "
     "HIGHEST_FLOOR to remember",
     PEAK_ENVELOPE: "the level the recurring peaks reach: the highest hourly maximum over "
     "the envelope window before the last hour",
@@ -296,7 +296,7 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "window: what SharedMemoryFillingUp compares with the mount's size",
 }
 FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
-    HIGHEST_FLOOR: "the highest floor of a whole window (WHOLE_BASELINE) recorded over the floor "
+    HIGHEST_FLOOR: "the highest floor of most of a window (WHOLE_BASELINE) recorded over the floor "
     "memory before the last envelope window: a weekly pattern's weekday floor comes back "
     "to it (no lasting growth), a leak's floor rises above it",
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "

@@ -137,6 +137,12 @@ class Config:
     # growth; a leak's floor rises above every floor before it.
     floor_memory_s: int = 7 * DAY
     floor_memory_interval_s: int = HOUR
+    # ...of floors read over at least this much of a window past the warm-up: a young
+    # pod's first hours may hold no trough yet (a floor read over them is the highest
+    # of all, and a leak's floor never rises above it), while its first whole day may
+    # be its only weekday before a weekend. A trough missed by a window this long is at
+    # most the warm-up's hours from it.
+    floor_memory_min_cover_s: int = 22 * HOUR
     # Trend slope for panels and HeadroomNodeMemoryPressure.
     slope_window_s: int = HOUR
 

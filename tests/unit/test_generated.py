@@ -67,7 +67,7 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 # through the day rise and fall against yesterday's hours: the ramp now needs a pattern
 # without teeth, and compares with the most of the same hours 20 h ago); a leak that paged
 # at its kill because the highest floor of the week was the pod's first part-day, before
-# any trough (the floor memory now keeps floors of whole windows only).
+# any trough (the floor memory now keeps floors read over 22 h of a window at least).
 REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
                ("nightly-plateau", 28, 1), ("accelerating", 8, 2), ("growing-batch", 12, 0),
                ("bursty-leak", 10, 1), ("jittered-sawtooth-healthy", 4, 1), ("late-leak", 1, 1),

@@ -50,6 +50,7 @@ class Windows:
     teeth_min_releases: int = 3
     sharp_release: float = 600.0
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
+    floor_memory_min_cover: float = 22 * 3600.0  # ...of floors read over this much past warm-up
     # The short horizon's new highs count beyond this share of the quiet hours' swing.
     climbing_noise_share: float = 0.5
     # The medium horizon's: the last window's highest above the window before's.
@@ -80,6 +81,7 @@ class Windows:
                    teeth_min_releases=config.teeth_min_releases,
                    sharp_release=config.sharp_release_window_s,
                    floor_memory=config.floor_memory_s,
+                   floor_memory_min_cover=config.floor_memory_min_cover_s,
                    climbing_noise_share=config.climbing_noise_share,
                    medium_climbing=config.medium_climbing_window_s,
                    medium_climbing_noise_share=config.medium_climbing_noise_share,
@@ -162,12 +164,14 @@ def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
 
 def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | None:
     """HIGHEST_FLOOR: the highest floor at the lasting evaluations from the floor memory
-    to an envelope window ago, of those whose whole window the points cover (a surface
-    that read two days sees the floors of a day before the last; the rules, a week's)."""
+    to an envelope window ago, of those read over most of a window (WHOLE_BASELINE: the
+    points cover ``floor_memory_min_cover`` of it past the warm-up; a surface that read
+    two days sees the floors of a day before the last; the rules, a week's)."""
     if not points:
         return None
     window = w.baseline + w.hour  # a floor: the hourly minima over the envelope window
-    first = max(points[0][0] + window, now - w.floor_memory + w.lasting_interval)
+    covered = points[0][0] + w.warm_up + w.hour + w.floor_memory_min_cover
+    first = max(covered, now - w.floor_memory + w.lasting_interval)
     instants: list[float] = []
     t = now - w.baseline
     while t >= first - 1e-9:
