@@ -111,8 +111,14 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     page may come up to a mean period and two hours before the tallest tooth the
     pattern can make could first reach the noise band of the limit.
 
-    Not yet held on every draw: seed 1 (phase) pages 34 h before the kill, on a pod 23 h
-    old. Seed 17 (shortened; teeth every 2.1 h, 22 % of the limit) pages 3 minutes before
+    Not yet held on every draw: seed 1 (phase) pages 34 h before the kill, the pod 1.6
+    days old: a tooth climbs from 60 % to 86 % in 1.5 h, 30 % taller than any before it,
+    above the pattern's ceiling (83.5 %) with the medium horizon an hour from the limit,
+    and stops at 86 % (still so at session 52's rules). Seed 17 below holds at session
+    52's rules (the ramping lift without teeth and the floor memory's 22-h floors);
+    probed at them, seed 18 pages 1 h 30 min ahead (the lasting horizon 2 h from the
+    limit on the tooth before the one that kills).
+    Seed 17 (shortened; teeth every 2.1 h, 22 % of the limit) paged 3 minutes before
     the kill: after teeth that crested at 95 % and 89 %, the one that kills climbs from
     81 % to the limit in 45 minutes, a climb within what the teeth vary by (not beyond the
     pattern), with the envelope 16.5 h from the limit and the peaks 2.7 quiet swings
@@ -616,7 +622,10 @@ def saturating_kill(rng: random.Random) -> Draw:
     and pages on the noise band 18 minutes before the kill: the kill is the noise's.
     Seed 13 (phase) pages 7 h 36 min before the kill (5 h allowed) and seed 14
     (shortened, no swing) 28 minutes before it (45 needed), the same at session 48's
-    rules (a546872); not probed yet."""
+    rules (a546872) and session 52's. Seed 14, probed: its last 1 h 50 min sit at
+    98.8-99.4 % of the limit with the peaks 0.55-0.68 quiet swings below it, just
+    outside the noise band (0.5 swings), and no horizon's trend holds (the medium one
+    comes and goes); the band pages when the peaks come within it, 28 minutes ahead."""
     step, pod = _step(rng, (30, 60, 120)), "satkill-0"
     limit = rng.uniform(24, 48) * GiB
     cap = rng.uniform(1.03, 1.15) * limit
