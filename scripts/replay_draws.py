@@ -22,6 +22,11 @@ of draws replayed at each rules and scenarios (``alerts/scenarios/ledger.py``):
 
     python3 scripts/replay_draws.py --first 12 -n 18 > seeds-12-29.log
     python3 scripts/replay_draws.py --summary seeds-0-11.log seeds-12-29.log
+
+A run cut off part way is finished with ``--skip-logged``: the draws its log already
+holds at the rules and scenarios of this checkout are not replayed again:
+
+    python3 scripts/replay_draws.py --first 18 -n 6 --skip-logged seeds-18-23-part.log
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ def main() -> int:
     ap.add_argument("--at", metavar="DIGEST",
                     help="with --summary: only the draws whose fingerprint holds this "
                          "(e.g. 'rules 98b65e30ecc7', or the current one: 'now')")
+    ap.add_argument("--skip-logged", nargs="+", metavar="LOG", default=[],
+                    help="replay only the draws these logs do not hold at this checkout's "
+                         "fingerprint (a sweep cut off part way, finished)")
     args = ap.parse_args()
     if args.summary:
         at = ledger.fingerprint() if args.at == "now" else args.at
@@ -86,9 +94,12 @@ def main() -> int:
     classes = args.classes or list(generator.CLASSES)
     seeds = [args.seed] if args.seed is not None else list(
         range(args.first, args.first + args.draws))
-    jobs = [(c, s, args.variant if args.variant is not None else s % 3)
-            for s in seeds for c in classes]
     rules, replayed = rules_commit(), ledger.fingerprint()
+    logged = {(r.cls, r.seed) for p in args.skip_logged
+              for r in ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
+              if r.fingerprint == replayed}
+    jobs = [(c, s, args.variant if args.variant is not None else s % 3)
+            for s in seeds for c in classes if (c, s) not in logged]
     print(ledger.header(rules, replayed), flush=True)
     results: list[ledger.Result] = []
     for o in sweep.replay_all(jobs, promtool, args.jobs, args.batch):
