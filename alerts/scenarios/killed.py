@@ -138,7 +138,12 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     (phase; teeth every 2.75 h) pages 30 h 52 min before the kill, on the second day: a
     tooth climbing 20 % an hour reaches 89 %, 11 % above the day's tallest and beyond the
     pattern's ceiling (87.6 %), its medium horizon 40 min from the limit; the day had
-    not yet shown a tooth that tall. The spread of the teeth's crests and their period
+    not yet shown a tooth that tall. Seed 8 (shortened; teeth every 2.95 h, 20 % of the
+    limit, the floor rising 11-12 % a day) pages 11 h 50 min before the kill at session
+    52's rules: after crests of 86.9-87.3 % for eight hours, a tooth climbs to 94.4 %
+    (the carried envelope 91.1 %, the ceiling 92.8 %, the medium horizon 31 min from the
+    limit) and stops there; the teeth then crest at 93-95 % for ten hours before the one
+    that kills. The spread of the teeth's crests and their period
     would answer all three; the rules record neither yet."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
