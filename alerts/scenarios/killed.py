@@ -233,7 +233,17 @@ def traffic_leak(rng: random.Random) -> Draw:
 def reload_then_leak(rng: random.Random) -> Draw:
     """A model reload lifts the level by 10-25 % of the limit within minutes, 6-24 hours
     into the pod's life, and a leak of 10-30 % of the limit a day begins with it: the
-    step is no climb, the leak after it is. A page ahead of the kill, not hours early."""
+    step is no climb, the leak after it is. A page ahead of the kill, not hours early.
+
+    Not yet held on every draw: seed 24 (shipped; a 24.7 % step 20 h into the pod's
+    life, then 20 % a day) pages 25 h 24 min before the kill at session 52's rules (the
+    ramping lift restored): a day after the step, the hours just past rose 42.6 % of the
+    limit over the same hours a period ago (the step and a day of the leak), against
+    28 % read 20 h earlier (the step and a few hours of it), so the rise reads as a ramp
+    and lifts the pattern uncapped by all of it; the hours ahead a period ago already
+    hold the step, so it counts twice, and the pattern puts the limit 1-3 h away at 78 %.
+    The rise's own growth over the ramp window, scaled to a period (14.6 % in 20 h: 17.5 %
+    a day, the leak's rate), is the lift such a rise means, for a young leak too."""
     step, pod = _step(rng, (30, 60, 120)), "reload-leak-0"
     limit = rng.uniform(24, 48) * GiB
     base, jump = rng.uniform(0.35, 0.5) * limit, rng.uniform(0.1, 0.25) * limit
