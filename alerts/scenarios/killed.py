@@ -143,7 +143,9 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     52's rules: after crests of 86.9-87.3 % for eight hours, a tooth climbs to 94.4 %
     (the carried envelope 91.1 %, the ceiling 92.8 %, the medium horizon 31 min from the
     limit) and stops there; the teeth then crest at 93-95 % for ten hours before the one
-    that kills. The spread of the teeth's crests and their period
+    that kills. Seeds 25 (phase; teeth every 2.9 h, 28 % of the limit: pages 22 h early)
+    and 28 (phase; teeth every 5.9 h, 26 % of the limit: pages at the kill) fail the same
+    two ways, first replayed at session 52's rules (not probed). The spread of the teeth's crests and their period
     would answer all three; the rules record neither yet."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
