@@ -145,8 +145,8 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     limit) and stops there; the teeth then crest at 93-95 % for ten hours before the one
     that kills. Seeds 25 (phase; teeth every 2.9 h, 28 % of the limit: pages 22 h early)
     and 28 (phase; teeth every 5.9 h, 26 % of the limit: pages at the kill) fail the same
-    two ways, first replayed at session 52's rules (not probed). The spread of the teeth's crests and their period
-    would answer all three; the rules record neither yet."""
+    two ways, first replayed at session 52's rules (not probed). The spread of the teeth's
+    crests and their period would answer all of these; the rules record neither yet."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
@@ -240,12 +240,14 @@ def reload_then_leak(rng: random.Random) -> Draw:
     Not yet held on every draw: seed 24 (shipped; a 24.7 % step 20 h into the pod's
     life, then 20 % a day) pages 25 h 24 min before the kill at session 52's rules (the
     ramping lift restored): a day after the step, the hours just past rose 42.6 % of the
-    limit over the same hours a period ago (the step and a day of the leak), against
-    28 % read 20 h earlier (the step and a few hours of it), so the rise reads as a ramp
+    limit over the same hours a period ago (the step and a day of the leak; the least
+    of the last 3 h, 39.9 %), against at most 26.9 % over the same 3 h 20 h earlier (the
+    first rises recorded: the step and a few hours of it), so the rise reads as a ramp
     and lifts the pattern uncapped by all of it; the hours ahead a period ago already
     hold the step, so it counts twice, and the pattern puts the limit 1-3 h away at 78 %.
-    The rise's own growth over the ramp window, scaled to a period (14.6 % in 20 h: 17.5 %
-    a day, the leak's rate), is the lift such a rise means, for a young leak too."""
+    The rise's own growth over the ramp window, scaled to a period (13-16 % in 20 h:
+    16-19 % a day, the leak's 20.1 %), is the lift such a rise means, for a young leak
+    too."""
     step, pod = _step(rng, (30, 60, 120)), "reload-leak-0"
     limit = rng.uniform(24, 48) * GiB
     base, jump = rng.uniform(0.35, 0.5) * limit, rng.uniform(0.1, 0.25) * limit

@@ -85,10 +85,17 @@ REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
 # reload-then-leak 101 h of 30-s scrapes (6,100).
 FIXED_SEED = {"leak-restarted": 17, "growing-batch": 3, "late-leak": 2, "exporter-gaps": 3,
               "reload-then-leak": 3}
+# Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows
+# (replayed with the others; the rest of the sweep's failures are named in their classes'
+# docstrings and replay far longer, or fail the same way as one of these).
+NOT_YET_HELD: dict[tuple[str, int, int], str] = {
+    ("reload-then-leak", 24, 0): "a step then a leak reads as a ramping rise: the lift "
+    "counts the step twice and the pattern pages 25 h early",
+    ("jittered-sawtooth", 8, 2): "a tooth 7 % taller than the crests before it, above the "
+    "pattern's ceiling, pages 11 h 50 min early",
+}
 DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.CLASSES)] + [
-    (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS
-# Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows.
-NOT_YET_HELD: dict[tuple[str, int, int], str] = {}
+    (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS + list(NOT_YET_HELD)
 
 
 # Regressions that replay over a week each (175 and 227 h: a third of the tier's time
