@@ -86,8 +86,7 @@ REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
 FIXED_SEED = {"leak-restarted": 17, "growing-batch": 3, "late-leak": 2, "exporter-gaps": 3,
               "reload-then-leak": 3}
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows
-# (replayed with the others; the rest of the sweep's failures are named in their classes'
-# docstrings and replay far longer, or fail the same way as one of these).
+# (the sweep's other failing draws are named in their classes' docstrings).
 NOT_YET_HELD: dict[tuple[str, int, int], str] = {
     ("reload-then-leak", 24, 0): "a step then a leak reads as a ramping rise: the lift "
     "counts the step twice and the pattern pages 25 h early",
