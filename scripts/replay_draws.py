@@ -53,9 +53,14 @@ def rules_commit() -> str:
     return commit + ("+changes" if git("status", "--porcelain", "alerts", "exporter") else "")
 
 
-def summarize(paths: list[str], classes: list[str], at: str | None = None) -> int:
-    logs = [ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
+def read_logs(paths: list[str]) -> list[list[ledger.Result]]:
+    """The draws of each sweep log, in order."""
+    return [ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
             for p in paths]
+
+
+def summarize(paths: list[str], classes: list[str], at: str | None = None) -> int:
+    logs = read_logs(paths)
     if at is not None:
         # Only the draws replayed at that fingerprint (rules that were reverted leave
         # later results that no longer say what the rules in force do).
@@ -95,8 +100,7 @@ def main() -> int:
     seeds = [args.seed] if args.seed is not None else list(
         range(args.first, args.first + args.draws))
     rules, replayed = rules_commit(), ledger.fingerprint()
-    logged = {(r.cls, r.seed) for p in args.skip_logged
-              for r in ledger.parse(Path(p).read_text(encoding="utf-8", errors="replace"))
+    logged = {(r.cls, r.seed) for log in read_logs(args.skip_logged) for r in log
               if r.fingerprint == replayed}
     jobs = [(c, s, args.variant if args.variant is not None else s % 3)
             for s in seeds for c in classes if (c, s) not in logged]
