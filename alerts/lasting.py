@@ -23,6 +23,30 @@ PROCESS_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM)
 RECORDED_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL)
 
 
+def _ramp_growth(config: Config) -> str:
+    """A period of a ramping rise's own growth (PATTERN_RISE's): the faster of the ramp
+    window's two halves, each the least of its later recent hours less the most of its
+    earlier ones, scaled from the hours between them to a period. None where either
+    half has no hours (a gap)."""
+    g = by(*config.group_labels)
+    half = config.pattern_ramp_s // 2
+    recent = duration(config.pattern_recent_s)
+
+    def grew(later: str, earlier: str) -> str:
+        return expr("min_over_time(${rise}[${recent}]${later}) - on ${g}"
+                    " max_over_time(${rise}[${recent}]${earlier})",
+                    rise=q.PATTERN_RISE, recent=recent, later=later, earlier=earlier, g=g)
+
+    # max(late, early) as early + clamp_min(late - early, 0): each read once.
+    return expr("(${early} + on ${g} clamp_min(${late} - on ${g} (${early}), 0))"
+                " * ${period} / ${between}",
+                late=grew("", f" offset {duration(half)}"),
+                early=grew(f" offset {duration(half)}",
+                           f" offset {duration(config.pattern_ramp_s)}"),
+                g=g, period=config.pattern_period_s,
+                between=half - config.pattern_recent_s)
+
+
 def _pattern_ceiling(config: Config) -> str:
     """The envelope of the peaks plus the margin a recurring climb stays within
     (``PATTERN_CEILING``): recorded here, with the figures it is made of, and read
@@ -474,11 +498,30 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # pattern has teeth: teeth that drift through the day rise and fall against the
         # same hours a period ago by most of their height (sawtooth seed 4 read a ramp
         # 23 h before its kill, and its pattern put the limit within the hour).
+        # A ramp lifts by its rise, at most by a period of the rise's own growth: the
+        # faster of the ramp window's two halves (least of the later hours less most
+        # of the earlier ones), scaled to a period. A young leak's rise grows by its
+        # rate, so that reads a period of the leak, more than its rise; a leak older
+        # than a period has a rise that stopped growing, but its earlier half still
+        # grew by its rate. A step followed by a leak rises by both, but its rise grows
+        # by the leak alone, and the hours ahead a period ago hold the step
+        # (reload-then-leak seed 24 counted a 25 % step twice and paged 25 h early).
         (q.PATTERN_LIFT, expr(
             """
             max by ${g} (
                 (
-                    last_over_time(${prise}[${hold}])
+                    (
+                        last_over_time(${prise}[${hold}])
+                      - on ${g}
+                        clamp_min(
+                            last_over_time(${prise}[${hold}])
+                          - on ${g}
+                            ${ramp_growth},
+                            0
+                        )
+                      or on ${g}
+                        last_over_time(${prise}[${hold}])
+                    )
                     and on ${g}
                     ${kept} * min_over_time(${prise}[${recent}])
                   > on ${g}
@@ -499,7 +542,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             prise=q.PATTERN_RISE, g=gb, cap=config.pattern_recent_max_trends,
             recent=duration(config.pattern_recent_s), period_trend=period_trend,
             kept=number(1 - config.pattern_ramp_share), hold=duration(config.lasting_hold_s),
-            ramp=duration(config.pattern_ramp_s), teeth=q.TEETH)),
+            ramp=duration(config.pattern_ramp_s), teeth=q.TEETH,
+            ramp_growth=_ramp_growth(config))),
         # The daily pattern ahead: the hours ahead one period ago (their hourly maxima,
         # recorded every lasting interval), lifted.
         *((q.PATTERN_PEAK + f"\twithin={duration(w)}", expr(

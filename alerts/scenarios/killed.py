@@ -237,17 +237,15 @@ def reload_then_leak(rng: random.Random) -> Draw:
     into the pod's life, and a leak of 10-30 % of the limit a day begins with it: the
     step is no climb, the leak after it is. A page ahead of the kill, not hours early.
 
-    Not yet held on every draw: seed 24 (shipped; a 24.7 % step 20 h into the pod's
-    life, then 20 % a day) pages 25 h 24 min before the kill at session 52's rules (the
-    ramping lift restored): a day after the step, the hours just past rose 42.6 % of the
-    limit over the same hours a period ago (the step and a day of the leak; the least
-    of the last 3 h, 39.9 %), against at most 26.9 % over the same 3 h 20 h earlier (the
-    first rises recorded: the step and a few hours of it), so the rise reads as a ramp
-    and lifts the pattern uncapped by all of it; the hours ahead a period ago already
-    hold the step, so it counts twice, and the pattern puts the limit 1-3 h away at 78 %.
-    The rise's own growth over the ramp window, scaled to a period (13-16 % in 20 h:
-    16-19 % a day, the leak's 20.1 %), is the lift such a rise means, for a young leak
-    too."""
+    Seed 24 (shipped; a 24.7 % step 20 h into the pod's life, then 20 % a day) paged
+    25 h 24 min before the kill at session 52's rules (the ramping lift restored): a day
+    after the step, the hours just past rose 42.6 % of the limit over the same hours a
+    period ago (the step and a day of the leak; the least of the last 3 h, 41.2 %),
+    against at most 27.3 % over the same 3 h 20 h earlier (the first rises recorded: the
+    step and a few hours of it), so the rise read as a ramp and lifted the pattern by
+    all of it; the hours ahead a period ago already held the step, so it counted twice.
+    Held since session 54: a ramp lifts by at most a period of the rise's own growth
+    (the faster half of the ramp window, 6 % in 7 h: 20.6 % a day; the leak's 20.1 %)."""
     step, pod = _step(rng, (30, 60, 120)), "reload-leak-0"
     limit = rng.uniform(24, 48) * GiB
     base, jump = rng.uniform(0.35, 0.5) * limit, rng.uniform(0.1, 0.25) * limit

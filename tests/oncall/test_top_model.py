@@ -644,6 +644,50 @@ def test_a_rise_that_ramps_lifts_the_pattern_uncapped_and_a_step_a_day_old_stays
     assert pattern_time_to_limit(pts, now, w, limit, slow) is None
 
 
+def test_a_step_followed_by_a_leak_lifts_the_pattern_by_the_leak_alone() -> None:
+    """reload-then-leak seed 24: a reload lifts the level by a quarter of the limit 22 h
+    into the pod's life and a leak of 20 % of the limit a day begins with it; the
+    lasting rate still reads almost nothing. 23 h later the hours just past rose above
+    the same hours a day ago by the step and nearly a day of the leak, and that rise
+    ramps (20 h ago it was the step and a few hours of the leak). The hours ahead a day
+    ago already hold the step, so the lift is a period of the rise's own growth, the
+    leak's: the step counted twice would put the limit within 6 h."""
+    from exporter.oncall.forecast.mirror import pattern_time_to_limit
+    from exporter.oncall.forecast.series import (
+        greatest_recent_pattern_rise,
+        highest,
+        pattern_rise,
+        ramp_growth,
+        recent_pattern_rise,
+    )
+
+    w = fc.Windows.of()
+    day, hour, limit = 86400.0, 3600.0, 30 * GiB
+    stepped_at, step, rate = 22 * hour, 0.25 * limit, 0.2 * limit / day
+
+    def reload_then_leak(t: float) -> float:
+        after = t - stepped_at
+        return 0.4 * limit + (step + rate * after if after >= 0 else 0.0)
+
+    now = stepped_at + 23 * hour
+    pts = [(i * 60.0, reload_then_leak(i * 60.0)) for i in range(int(now / 60) + 1)]
+    recent = recent_pattern_rise(pts, now, w)
+    before = greatest_recent_pattern_rise(pts, now - w.pattern_ramp, w)
+    rise_now = pattern_rise(pts, now, w)
+    assert recent is not None and before is not None and rise_now is not None
+    assert before > step and (1 - w.pattern_ramp_share) * recent > before  # it ramps
+    growth = ramp_growth(pts, now, w)
+    assert growth is not None and abs(growth - rate * day) < 0.1 * rate * day
+    slow = 0.005 * limit / day  # the lasting rate: it lags the leak
+    yesterday = highest(pts, now - day - 3 * w.lasting_interval, now - day + 6 * hour)
+    assert yesterday is not None and yesterday >= 0.4 * limit + step  # it holds the step
+    # Above the hours ahead a day ago lifted by a period of the leak, and below the same
+    # lifted by the rise now (the step again).
+    over = yesterday + 1.1 * rate * day
+    assert over < yesterday + rise_now
+    assert pattern_time_to_limit(pts, now, w, over, slow) is None
+
+
 def test_a_rise_that_ramps_under_teeth_leaves_the_lift_capped() -> None:
     """Teeth that drift through the day rise and fall against the same hours a day ago
     by most of their height, and once read as a ramp (sawtooth seed 4, 23 h before its

@@ -34,6 +34,7 @@ from exporter.oncall.forecast.series import (
     pattern_rise,
     pattern_signs,
     quiet_swing,
+    ramp_growth,
     recent_pattern_rise,
     slope,
     teeth,
@@ -80,15 +81,17 @@ def pattern_time_to_limit(points: Sequence[Point], now: float, w: Windows, limit
     lift = lasting_rate * w.pattern_period
     recent = recent_pattern_rise(points, now, w)
     if recent is not None:
-        # A ramp: the rise now (it grows by the hour); else the recent hours' least, at
-        # most the cap, where it is more than a period of the trend. Teeth that drift
-        # through the day are no ramp.
+        # A ramp: the rise now (it grows by the hour), at most a period of its own
+        # growth (a step's rise grows by the leak after it alone); else the recent
+        # hours' least, at most the cap, where it is more than a period of the trend.
+        # Teeth that drift through the day are no ramp.
         before = greatest_recent_pattern_rise(points, now - w.pattern_ramp, w)
         latest = pattern_rise(points, now, w)
         if (before is not None and latest is not None
                 and (1 - w.pattern_ramp_share) * recent > before
                 and not teeth(points, now, w, limit)):
-            lift = max(lift, latest)
+            growth = ramp_growth(points, now, w)
+            lift = max(lift, latest if growth is None else min(latest, growth))
         elif recent > lift:
             lift = min(recent, w.pattern_recent_max_trends * lift)
     back = now - w.pattern_period

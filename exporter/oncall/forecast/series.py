@@ -315,6 +315,22 @@ def greatest_recent_pattern_rise(points: Sequence[Point], now: float, w: Windows
     return max(rises) if rises else None
 
 
+def ramp_growth(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """A period of a ramping rise's own growth (the rules' ``_ramp_growth``): the faster
+    of the ramp window's two halves, the least of each half's later recent hours less
+    the most of its earlier ones, scaled from the hours between them to a period."""
+    half = w.pattern_ramp / 2
+    late_least = recent_pattern_rise(points, now, w)
+    middle_most = greatest_recent_pattern_rise(points, now - half, w)
+    middle_least = recent_pattern_rise(points, now - half, w)
+    early_most = greatest_recent_pattern_rise(points, now - w.pattern_ramp, w)
+    if (late_least is None or middle_most is None or middle_least is None
+            or early_most is None):
+        return None
+    grew = max(late_least - middle_most, middle_least - early_most)
+    return grew * w.pattern_period / (half - w.pattern_recent)
+
+
 def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
                   lasting_rate: float | None) -> bool:
     """ABOVE_PATTERN: the last hour's highest figure rose above the same hours one
