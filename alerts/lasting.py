@@ -25,26 +25,23 @@ RECORDED_KINDS: tuple[str, ...] = (c.KIND_ANON, c.KIND_SHMEM, c.KIND_KERNEL)
 
 def _ramp_growth(config: Config) -> str:
     """A period of a ramping rise's own growth (PATTERN_RISE's): the faster of the ramp
-    window's two halves, each the least of its later recent hours less the most of its
-    earlier ones, scaled from the hours between them to a period. None where either
-    half has no hours (a gap)."""
+    window's two halves (the rise now less the rise half the window ago, that less the
+    rise the window ago), scaled from half the window to a period. None where a rise
+    is missing (a gap)."""
     g = by(*config.group_labels)
     half = config.pattern_ramp_s // 2
-    recent = duration(config.pattern_recent_s)
 
-    def grew(later: str, earlier: str) -> str:
-        return expr("min_over_time(${rise}[${recent}]${later}) - on ${g}"
-                    " max_over_time(${rise}[${recent}]${earlier})",
-                    rise=q.PATTERN_RISE, recent=recent, later=later, earlier=earlier, g=g)
+    def rise(offset: int) -> str:
+        at = f" offset {duration(offset)}" if offset else ""
+        return f"last_over_time({q.PATTERN_RISE}[{duration(config.lasting_hold_s)}]{at})"
 
-    # max(late, early) as early + clamp_min(late - early, 0): each read once.
-    return expr("(${early} + on ${g} clamp_min(${late} - on ${g} (${early}), 0))"
-                " * ${period} / ${between}",
-                late=grew("", f" offset {duration(half)}"),
-                early=grew(f" offset {duration(half)}",
-                           f" offset {duration(config.pattern_ramp_s)}"),
-                g=g, period=config.pattern_period_s,
-                between=half - config.pattern_recent_s)
+    # max(late, early) as early + clamp_min(late - early, 0), each rise read once:
+    # late - early is now - 2 * middle + then.
+    return expr(
+        "(${middle} - on ${g} ${then} + on ${g} clamp_min(${now} - on ${g} 2 * ${middle}"
+        " + on ${g} ${then}, 0)) * ${period} / ${half}",
+        now=rise(0), middle=rise(half), then=rise(config.pattern_ramp_s), g=g,
+        period=config.pattern_period_s, half=half)
 
 
 def _pattern_ceiling(config: Config) -> str:
@@ -499,13 +496,12 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # same hours a period ago by most of their height (sawtooth seed 4 read a ramp
         # 23 h before its kill, and its pattern put the limit within the hour).
         # A ramp lifts by its rise, at most by a period of the rise's own growth: the
-        # faster of the ramp window's two halves (least of the later hours less most
-        # of the earlier ones), scaled to a period. A young leak's rise grows by its
-        # rate, so that reads a period of the leak, more than its rise; a leak older
-        # than a period has a rise that stopped growing, but its earlier half still
-        # grew by its rate. A step followed by a leak rises by both, but its rise grows
-        # by the leak alone, and the hours ahead a period ago hold the step
-        # (reload-then-leak seed 24 counted a 25 % step twice and paged 25 h early).
+        # faster of the ramp window's two halves, scaled to a period. A young leak's
+        # rise grows by its rate, so that reads a period of the leak, more than its
+        # rise; a leak older than a period has a rise that stopped growing, but its
+        # earlier half still grew by its rate. A step followed by a leak rises by both,
+        # but its rise grows by the leak alone, and the hours ahead a period ago hold
+        # the step (reload-then-leak seed 24 counted a 25 % step twice, paged 25 h early).
         (q.PATTERN_LIFT, expr(
             """
             max by ${g} (

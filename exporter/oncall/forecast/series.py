@@ -317,18 +317,14 @@ def greatest_recent_pattern_rise(points: Sequence[Point], now: float, w: Windows
 
 def ramp_growth(points: Sequence[Point], now: float, w: Windows) -> float | None:
     """A period of a ramping rise's own growth (the rules' ``_ramp_growth``): the faster
-    of the ramp window's two halves, the least of each half's later recent hours less
-    the most of its earlier ones, scaled from the hours between them to a period."""
+    of the ramp window's two halves (PATTERN_RISE now less half the window ago, that
+    less the window ago), scaled from half the window to a period."""
     half = w.pattern_ramp / 2
-    late_least = recent_pattern_rise(points, now, w)
-    middle_most = greatest_recent_pattern_rise(points, now - half, w)
-    middle_least = recent_pattern_rise(points, now - half, w)
-    early_most = greatest_recent_pattern_rise(points, now - w.pattern_ramp, w)
-    if (late_least is None or middle_most is None or middle_least is None
-            or early_most is None):
+    rises = [pattern_rise(points, now - back, w) for back in (0.0, half, w.pattern_ramp)]
+    if rises[0] is None or rises[1] is None or rises[2] is None:
         return None
-    grew = max(late_least - middle_most, middle_least - early_most)
-    return grew * w.pattern_period / (half - w.pattern_recent)
+    grew = max(rises[0] - rises[1], rises[1] - rises[2])
+    return grew * w.pattern_period / half
 
 
 def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
