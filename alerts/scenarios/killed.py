@@ -245,7 +245,7 @@ def reload_then_leak(rng: random.Random) -> Draw:
     step and a few hours of it), so the rise read as a ramp and lifted the pattern by
     all of it; the hours ahead a period ago already held the step, so it counted twice.
     Held since session 54: a ramp lifts by at most a period of the rise's own growth
-    (the faster half of the ramp window, 6 % in 7 h: 20.6 % a day; the leak's 20.1 %)."""
+    (the faster half of the ramp window, 8.5 % in 10 h: 20.4 % a day; the leak's 20.1 %)."""
     step, pod = _step(rng, (30, 60, 120)), "reload-leak-0"
     limit = rng.uniform(24, 48) * GiB
     base, jump = rng.uniform(0.35, 0.5) * limit, rng.uniform(0.1, 0.25) * limit
