@@ -13,6 +13,18 @@ import pytest
 
 from exporter.catalog import KIND_ANON
 from exporter.oncall import forecast as fc
+from exporter.oncall.forecast.mirror import pattern_time_to_limit
+from exporter.oncall.forecast.series import (
+    above_pattern,
+    envelope,
+    greatest_recent_pattern_rise,
+    growth,
+    highest,
+    pattern_rise,
+    ramp_growth,
+    recent_pattern_rise,
+    teeth,
+)
 from exporter.oncall.top import (
     COLUMNS,
     Histories,
@@ -394,7 +406,6 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
     ``weekly_pattern`` reads the same series); a leak's floor rises above every floor
     before it; after a restart the old floors are above the new peaks and the floor a
     day ago counts."""
-    from exporter.oncall.forecast.series import growth
 
     w = fc.Windows.of()
     day = 86400.0
@@ -498,7 +509,6 @@ def test_a_young_pod_has_a_lasting_horizon_once_it_lived_part_of_the_day_before(
     its warm-up, scaled to a day. A leak reads its rate; a daily swing, a model loading
     from nothing, and steps every few hours read what they are; under 6 h of that part,
     nothing."""
-    from exporter.oncall.forecast.series import growth
 
     w = fc.Windows.of()
     day, hour = 86400.0, 3600.0
@@ -529,7 +539,6 @@ def test_a_leak_that_speeds_up_climbs_beyond_the_pattern_and_a_steady_one_does_n
     rate, and its short and medium horizons count (they read the rate now); a steady leak
     under a daily swing climbs no more than its trend above yesterday's hours, and the
     swing's climb is not beyond the pattern."""
-    from exporter.oncall.forecast.series import above_pattern, envelope, growth, highest
 
     w = fc.Windows.of()
     day, hour, limit = 86400.0, 3600.0, 32 * GiB
@@ -565,8 +574,6 @@ def test_a_young_leak_under_a_daily_swing_is_forecast_at_the_rise_above_yesterda
     pre-leak hours, and reads a fifth less; the last three hours each rose 5 GiB above
     the same hours yesterday. The crest 1.5 h ahead tops the limit: the pattern says so
     within 2 h, where yesterday's crest lifted by the lasting rate stays below it."""
-    from exporter.oncall.forecast.mirror import pattern_time_to_limit
-    from exporter.oncall.forecast.series import growth, highest, recent_pattern_rise
 
     w = fc.Windows.of()
     day, hour = 86400.0, 3600.0
@@ -599,8 +606,6 @@ def test_a_rise_that_ramps_lifts_the_pattern_uncapped_and_a_step_a_day_old_stays
     slow leak lifted the recent hours at once and its rise stands still: the hours
     ahead a day ago already hold it (its anniversary is 3 h ahead), so the lift stays
     capped and the step is not counted twice."""
-    from exporter.oncall.forecast.mirror import pattern_time_to_limit
-    from exporter.oncall.forecast.series import highest, pattern_rise
 
     w = fc.Windows.of()
     day, hour = 86400.0, 3600.0
@@ -652,14 +657,6 @@ def test_a_step_followed_by_a_leak_lifts_the_pattern_by_the_leak_alone() -> None
     ramps (20 h ago it was the step and a few hours of the leak). The hours ahead a day
     ago already hold the step, so the lift is a period of the rise's own growth, the
     leak's: the step counted twice would put the limit within 6 h."""
-    from exporter.oncall.forecast.mirror import pattern_time_to_limit
-    from exporter.oncall.forecast.series import (
-        greatest_recent_pattern_rise,
-        highest,
-        pattern_rise,
-        ramp_growth,
-        recent_pattern_rise,
-    )
 
     w = fc.Windows.of()
     day, hour, limit = 86400.0, 3600.0, 30 * GiB
@@ -697,14 +694,6 @@ def test_a_rise_that_ramps_under_teeth_leaves_the_lift_capped() -> None:
     lasting rate lags it, a third). The hours ahead a day ago lifted by the rise now
     would cross the limit; lifted by the cap they do not. The envelope's forecast, which
     carries the tallest tooth on, is the one that reads teeth."""
-    from exporter.oncall.forecast.mirror import pattern_time_to_limit
-    from exporter.oncall.forecast.series import (
-        greatest_recent_pattern_rise,
-        highest,
-        pattern_rise,
-        recent_pattern_rise,
-        teeth,
-    )
 
     w = fc.Windows.of()
     day, hour, limit = 86400.0, 3600.0, 40 * GiB
@@ -754,7 +743,6 @@ def test_a_tooth_within_the_teeths_spread_is_the_pattern_unless_a_swing_leaks() 
     2 GiB a day: the pattern, no short or medium forecast. Falling over two hours (a
     swing, no sharp release) over that rising floor, the margin is the peaks' own 1 % of
     the limit and the climb is beyond the pattern."""
-    from exporter.oncall.forecast.series import envelope, growth, highest
 
     w = fc.Windows.of()
     day, period, limit = 86400.0, 4 * 3600.0, 32 * GiB
