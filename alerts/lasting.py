@@ -44,6 +44,33 @@ def _ramp_growth(config: Config) -> str:
         period=config.pattern_period_s, half=half)
 
 
+def _tooth_spread(config: Config) -> str:
+    """``TOOTH_SPREAD``: the range of the envelope window's falls over their number less
+    one (the window over the teeth's mean period, less one). For n heights spread
+    evenly between two bounds, the tallest seen falls short of the upper one by that on
+    average: a sawtooth of equal teeth has none, irregular ones a share of their range."""
+    g = by(*config.group_labels)
+    falls = f"{q.RELEASE_FALL}[{duration(config.baseline_window_s)}]"
+    return expr(
+        "(max_over_time(${falls}) - min_over_time(${falls}))"
+        " * on ${g} ${period} / on ${g} (${bw_s} - ${period})",
+        falls=falls, g=g, period=q.TEETH_PERIOD, bw_s=config.baseline_window_s)
+
+
+def _tooth_crest(config: Config) -> str:
+    """How high the tooth now climbing is expected to go at most (``TOOTH_CREST``),
+    where the pattern has teeth: the last release's base plus the tallest tooth the
+    pattern makes (the tallest fall of the envelope window and TOOTH_SPREAD). No trend
+    is added: the forecasts that read it carry it on by the lasting trend themselves
+    (ENVELOPE_TIME_TO_LIMIT; the climb beyond the pattern, above the ceiling)."""
+    g = by(*config.group_labels)
+    bw = duration(config.baseline_window_s)
+    return expr(
+        "last_over_time(${base}[${bw}]) + on ${g} max_over_time(${fall}[${bw}])"
+        " + on ${g} ${spread}",
+        base=q.RELEASE_BASE, bw=bw, g=g, fall=q.RELEASE_FALL, spread=q.TOOTH_SPREAD)
+
+
 def _pattern_ceiling(config: Config) -> str:
     """The envelope of the peaks plus the margin a recurring climb stays within
     (``PATTERN_CEILING``): recorded here, with the figures it is made of, and read
@@ -107,7 +134,14 @@ def _pattern_ceiling(config: Config) -> str:
         env=envelope, g=g, margin=margin, teeth=teeth, released=q.RELEASED, hold=hold,
         env_rise=env_rise, hmax=q.HOURLY_MAX, hw=duration(config.hourly_window_s),
         limit=q.LIMIT)
-    return env
+    # Where the pattern has teeth, up to the tooth's expected crest and
+    # teeth_beyond_spreads of their spread where that is higher: a climb within it is a
+    # tooth nine times in ten, however it compares with the day's tallest peak (a young
+    # leak's trend under-reads the floor's rise: a tall tooth on a risen floor is still
+    # a tooth, and the envelope carried on does not say so).
+    crest = f"{q.TOOTH_CREST} + on {g} {config.teeth_beyond_spreads} * {q.TOOTH_SPREAD}"
+    return expr("${crest} > on ${g} (${env}\n) or on ${g} (${env}\n)",
+                crest=crest, g=g, env=indent(env, 2))
 
 
 def breakdown_rules(config: Config) -> list[tuple[str, str]]:
@@ -306,9 +340,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 ${older}
             )
             and on ${g} ${has_teeth}
+          or
+            label_replace(${crest}, "part", "crest", "", "")
         )""",
         g=gb, env=q.PEAK_ENVELOPE, rate=rate, hw_s=config.hourly_window_s,
-        older=indent(older, 4).strip(), has_teeth=q.TEETH)
+        older=indent(older, 4).strip(), has_teeth=q.TEETH, crest=q.TOOTH_CREST)
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -436,6 +472,18 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.TEETH_PERIOD, f"{2 * bw_s} / (changes({q.SHARP_RELEASE}[{bw}])"
                          f" > {2 * config.teeth_min_releases - 2})"),
         (q.TEETH, f"{q.TEETH_PERIOD} * 0 + 1"),
+        # Each release's base and the height of the tooth that fell: what the teeth's
+        # crests are made of (recorded only where a release is in the window).
+        (q.RELEASE_BASE, expr(
+            "min_over_time(${u}[${w}]) and on ${g} ${sharp} == 1",
+            u=q.UNRECLAIMABLE, w=duration(config.sharp_release_window_s), g=gb,
+            sharp=q.SHARP_RELEASE)),
+        (q.RELEASE_FALL, expr(
+            "max_over_time(${u}[${w}]) - on ${g} ${base}",
+            u=q.UNRECLAIMABLE, w=duration(config.sharp_release_window_s), g=gb,
+            base=q.RELEASE_BASE)),
+        (q.TOOTH_SPREAD, _tooth_spread(config)),
+        (q.TOOTH_CREST, _tooth_crest(config)),
         (q.PATTERN_CEILING, _pattern_ceiling(config)),
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),
@@ -573,17 +621,22 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # The last hour rose above the same hours a period ago by more than a period of
         # the lasting trend explains, beyond the peaks' margin and the quiet hours'
         # swing: growth faster than the day's average (a leak that speeds up). A daily
-        # swing's climb, even over a slow leak, rises no more than its trend.
+        # swing's climb, even over a slow leak, rises no more than its trend. Not where
+        # the pattern has teeth: they drift through the day, so an hour rises above the
+        # same hour a period ago by a tooth's height at every other hour (TOOTH_CREST
+        # says how high a tooth goes).
         (q.ABOVE_PATTERN, expr(
             """
             (
                 ${rise} - on ${g} (${trend} or on ${g} ${limit} * 0)
               > on ${g}
                 ${allowance}
+              unless on ${g}
+                ${teeth}
             ) * 0 + 1
             """,
             rise=q.PATTERN_RISE, g=gb, trend=period_trend, limit=q.LIMIT,
-            allowance=pattern_allowance)),
+            allowance=pattern_allowance, teeth=q.TEETH)),
         (q.GREW, f"max by {gb} (present_over_time({q.GROWTH}[{duration(config.lasting_hold_s)}]))"),
         # Recorded once a round: NearLimit read a day of GREW each minute.
         (q.GREW_LATELY, f"max_over_time({q.GREW}[{bw}])"),

@@ -66,6 +66,10 @@ RELEASED = "headroom:memory_released:bool"
 SHARP_RELEASE = "headroom:memory_sharp_release:bool"  # 0 or 1, every cgroup
 TEETH = "headroom:memory_teeth:bool"
 TEETH_PERIOD = "headroom:memory_teeth_period:seconds"
+RELEASE_BASE = "headroom:memory_release:base"
+RELEASE_FALL = "headroom:memory_release:fall"
+TOOTH_SPREAD = "headroom:memory_tooth_spread:bytes"
+TOOTH_CREST = "headroom:memory_tooth_crest:bytes"
 PATTERN_CEILING = "headroom:memory_pattern_ceiling:bytes"
 PATTERN_LIFT = "headroom:memory_pattern_lift:bytes"
 PATTERN_PEAK = "headroom:memory_pattern_peak:bytes"  # label within: the hours ahead
@@ -226,6 +230,20 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     TEETH: "1 where the envelope window held at least three sharp releases (SHARP_RELEASE "
     "changed five times or more): a sawtooth's teeth, which a daily swing (it falls over "
     "hours) does not have",
+    RELEASE_BASE: "where the sharp-release window holds a sharp release (SHARP_RELEASE "
+    "1): its lowest figure, the level the next tooth climbs from",
+    RELEASE_FALL: "where the sharp-release window holds a sharp release: its highest "
+    "figure less its lowest, the height of the tooth that fell (one or two figures a "
+    "release)",
+    TOOTH_SPREAD: "where the pattern has teeth (TEETH): the range of the envelope "
+    "window's falls (RELEASE_FALL) over their number less one (the window over the "
+    "teeth's mean period, less one): for heights spread evenly between two bounds, how "
+    "far the tallest seen falls short of the upper one on average",
+    TOOTH_CREST: "where the pattern has teeth: how high the tooth now climbing is "
+    "expected to go at most. The last release's base (RELEASE_BASE), plus the tallest "
+    "fall of the envelope window and TOOTH_SPREAD (the tallest tooth the pattern makes) "
+    "on the floor the last release left: the forecasts that read it carry it on by the "
+    "lasting trend",
     PATTERN_CEILING: "what a recurring climb stays within: the envelope of the peaks "
     "plus a margin (1 % of the limit; after a release the larger of that and, where the "
     "floor is known not to rise or the pattern has teeth (TEETH), 30 % of the teeth's "
@@ -233,8 +251,11 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "less a day of the lasting trend, plus "
     "the envelope's rise over the release window, at most a release window of the "
     "lasting trend where one exists; none where the envelope is what the "
-    "hour before the last one reached: a steady climb's own); the figure "
-    "CLIMB_BEYOND_PATTERN compares with",
+    "hour before the last one reached: a steady climb's own); where the pattern has "
+    "teeth and it is higher, the tooth's expected crest (TOOTH_CREST) plus two "
+    "TOOTH_SPREADs (a taller tooth is beyond what the teeth make about nine times in "
+    "ten; the crest stands on the floor the last release left, which a young leak's "
+    "trend under-reads). The figure CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
@@ -242,8 +263,10 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     PEAK_CARRIED: "where the tallest peak of the envelope window stands now if it recurs: "
     "the envelope plus an hour of the lasting trend (its youngest peak is that old) and, "
     "where the pattern has teeth (TEETH), each older part of the window (a quarter) its "
-    "highest hourly maximum plus the trend since the part ended, the highest of those; "
-    "present only with lasting growth. A flush's or a burst's timing is chance: the day's "
+    "highest hourly maximum plus the trend since the part ended, and the tooth's crest "
+    "(TOOTH_CREST: the teeth's spread, on the floor the last release left), the highest "
+    "of those; present with lasting growth, or where the pattern has teeth (the crest "
+    "alone: its forecast needs the growth). A flush's or a burst's timing is chance: the day's "
     "tallest may recur at any hour, a day of leak higher. A daily crest recurs at its "
     "hour, which the daily pattern forecasts",
     PATTERN_LIFT: "what the daily pattern adds to the hours ahead one period ago: a "
@@ -268,7 +291,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "(PATTERN_RISE) by more than a period of lasting growth plus the peaks' margin and "
     "the quiet hours' swing: growth faster than the lasting horizon reads (a leak "
     "that speeds up: the lasting rate is a day's average). A climb above the pattern's "
-    "ceiling there is beyond the pattern (CLIMB_BEYOND_PATTERN)",
+    "ceiling there is beyond the pattern (CLIMB_BEYOND_PATTERN). Never where the "
+    "pattern has teeth (TEETH): teeth drift through the day, so an hour rises above the "
+    "same hour a period ago by a tooth's height at every other hour",
     GREW: "1 where some horizon's growth estimate was present within the hold window",
     GREW_LATELY: "1 where GREW was seen within the envelope window (a day): NearLimit "
     "reads this once a minute, not a day of GREW (nor of every growth series)",

@@ -173,14 +173,20 @@ def sawtooth() -> Scenario:
     return Scenario("vllm-saw-0", at, "healthy", None, "vllm", "EngineCore anon")
 
 
+IRREGULAR_HEIGHTS_GIB = (3.2, 4.6, 3.8, 4.2, 3.4, 4.8)
+
+
 def irregular_teeth() -> Scenario:
-    """The same cache with teeth of irregular height (flushed on load, not on a clock): 4
-    GiB each but the last, 5.1 GiB, 90 % up it at the moment and 0.6 GiB above every peak
-    of the day. Within what teeth vary by (30 % of their height above the envelope): the
-    pattern, not a climb into the limit; no horizon forecasts a kill."""
+    """The same cache with teeth of irregular height (flushed on load, not on a clock):
+    3.2-4.8 GiB, six a day, and the last 5.6 GiB, 90 % up it at the moment and 0.24 GiB
+    above every peak of the day. Within what teeth that irregular make (the tallest fall
+    and its share of their range, TOOTH_CREST, plus two of that share): the pattern, not
+    a climb into the limit; no horizon forecasts a kill."""
     def at(t: float) -> Moment:
         phase = t + 0.9 * PERIOD
-        height = 5.1 * GiB if phase // PERIOD == (SPAN + 0.9 * PERIOD) // PERIOD else 4 * GiB
+        n = int(phase // PERIOD)
+        last = n == int((SPAN + 0.9 * PERIOD) // PERIOD)
+        height = (5.6 if last else IRREGULAR_HEIGHTS_GIB[n % 6]) * GiB
         tooth = (phase % PERIOD) / PERIOD * height
         vllm = Cg(16 * GiB, {"APIServer": GiB, "EngineCore": 3 * GiB + tooth,
                              "Worker_TP0": 2 * GiB})

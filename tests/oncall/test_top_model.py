@@ -766,3 +766,36 @@ def test_a_tooth_within_the_teeths_spread_is_the_pattern_unless_a_swing_leaks() 
     assert not {"short", "medium"} & set(forecast(0.0, 60.0))
     assert not {"short", "medium"} & set(forecast(2 * GiB, 60.0))
     assert {"short", "medium"} & set(forecast(2 * GiB, 2 * 3600.0))
+
+
+def test_a_tooth_within_what_irregular_teeth_make_is_the_pattern_not_after_equal_ones(
+        ) -> None:
+    """TOOTH_CREST, mirrored: teeth every 6 h over a flat floor, flushed at once, the
+    last one 13 GiB and 95 % up, 3.35 GiB above every peak of the day (more than 30 % of
+    the tallest tooth's height). Where the day's teeth were 5, 9, 6 and 8 GiB, the
+    tallest tooth four falls that irregular make is 9 + 4 / 3 GiB, and two more of that
+    share of their range put the ceiling at 13 GiB over the last release's base: the
+    pattern, no short or medium forecast. Where they were 9 GiB each, the tallest is 9
+    GiB and the climb is beyond the pattern."""
+
+    w = fc.Windows.of()
+    day, period, limit = 86400.0, 6 * 3600.0, 40 * GiB
+    now = 3 * day + 0.95 * 0.3 * period
+
+    def forecast(heights_gib: tuple[float, ...]) -> dict[str, float]:
+        def tooth(t: float) -> float:
+            n = int(t // period)
+            height = 13 * GiB if n == int(now // period) else heights_gib[n % 4] * GiB
+            into = (t % period) / (0.3 * period)  # fills 30 % of the period, then flat
+            return height * min(1.0, into)
+
+        pts = [(t, 14 * GiB + tooth(t)) for t in (i * 60.0 for i in range(int(now / 60) + 1))]
+        assert teeth(pts, now, w, limit)
+        rates = growth(pts, now, w, limit)
+        assert {"short", "medium"} & set(rates)  # the tooth climbs
+        return fc.time_to_limit_by_horizon(
+            limit, pts[-1][1], highest(pts, now - w.peak, now) or 0.0, rates,
+            envelope(pts, now, w), w, None, pts, now)
+
+    assert not {"short", "medium"} & set(forecast((5.0, 9.0, 6.0, 8.0)))
+    assert {"short", "medium"} & set(forecast((9.0, 9.0, 9.0, 9.0)))

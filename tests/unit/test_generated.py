@@ -70,13 +70,20 @@ SHORT = ("limit-raised", "jobs-beside-leak", "vllm-without-server", "crash-loop"
 # any trough (the floor memory now keeps floors read over 22 h of a window at least); a
 # reload's step followed by a leak that paged 25 h early (its rise ramped, and the lift
 # took all of it though the hours ahead a day ago held the step: a ramp's lift is now at
-# most a period of the rise's own growth).
+# most a period of the rise's own growth); a cache flushed at irregular times over a leak
+# whose tooth, 7 % taller than the crests before it, paged 11 h 50 min early (teeth drift
+# through the day, and ABOVE_PATTERN read the hour against the same hour a day ago as a
+# leak that speeds up: it now ignores patterns with teeth); another whose killing tooth,
+# 1.23 of the teeth's mean height after crests of at most 1.16, never paged (the envelope
+# carried on held the tallest crest seen: it now holds the crest the teeth's spread
+# allows, TOOTH_CREST).
 REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
                ("nightly-plateau", 28, 1), ("accelerating", 8, 2), ("growing-batch", 12, 0),
                ("bursty-leak", 10, 1), ("jittered-sawtooth-healthy", 4, 1), ("late-leak", 1, 1),
                ("jittered-sawtooth", 4, 1), ("jittered-sawtooth", 5, 2), ("late-leak", 10, 1),
                ("step-up", 1, 1), ("sawtooth", 22, 1), ("late-leak", 14, 2), ("sawtooth", 4, 1),
-               ("late-leak", 26, 2), ("reload-then-leak", 24, 0)]
+               ("late-leak", 26, 2), ("reload-then-leak", 24, 0), ("jittered-sawtooth", 8, 2),
+               ("jittered-sawtooth", 23, 2)]
 # A class's fixed draw is seed 0 unless that replays far longer than the class needs (in
 # evaluation steps, what a replay's time follows): then a seed of the first six that
 # replays the same property in about half the steps or fewer, at a scrape interval the tier
@@ -91,8 +98,9 @@ FIXED_SEED = {"leak-restarted": 17, "growing-batch": 3, "late-leak": 2, "exporte
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows
 # (the sweep's other failing draws are named in their classes' docstrings).
 NOT_YET_HELD: dict[tuple[str, int, int], str] = {
-    ("jittered-sawtooth", 8, 2): "a tooth 7 % taller than the crests before it, above the "
-    "pattern's ceiling, pages 11 h 50 min early",
+    ("jittered-sawtooth", 1, 1): "the tooth's crest, the day's tallest fall (1.29 of the "
+    "teeth's mean height, near the 1.3 they reach) plus their spread, comes within 3 h of "
+    "the limit at the lasting rate and pages 54 min before the class allows",
 }
 DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.CLASSES)] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS + list(NOT_YET_HELD)

@@ -38,6 +38,7 @@ from exporter.oncall.forecast.series import (
     recent_pattern_rise,
     slope,
     teeth,
+    tooth_crest,
 )
 from exporter.promql import (
     CONFIG,
@@ -167,6 +168,12 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                             now - w.hour) if points else None
             margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
+        crest = tooth_crest(points, now, w, limit)
+        if crest is not None:
+            # Teeth: up to the tooth's expected crest and a few of their spreads where
+            # that is higher (a tall tooth on a floor the trend under-reads).
+            tooth, spread = crest
+            above = max(above, tooth + w.teeth_beyond_spreads * spread)
         # By less than a day of the trend only where the floor rises too (a leak): the
         # peaks of a batch that grows while its floor stays rise a day of it each day.
         beyond = now_value > above + w.baseline * trend or (

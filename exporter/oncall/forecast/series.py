@@ -48,6 +48,8 @@ class Windows:
     # ...over a rising floor too where this many sharp releases (a fall of the swing
     # within sharp_release) came over the envelope window: teeth, not a daily swing.
     teeth_min_releases: int = 3
+    # A climb is a tooth's until it passes TOOTH_CREST by this many TOOTH_SPREADs.
+    teeth_beyond_spreads: float = 2.0
     sharp_release: float = 600.0
     floor_memory: float = 7 * 86400.0  # the floor rises from the highest floor this far back
     floor_memory_min_cover: float = 22 * 3600.0  # ...of floors read over this much past warm-up
@@ -79,6 +81,7 @@ class Windows:
                    release_window=config.release_window_s,
                    teeth_share=config.fill_beyond_teeth_share,
                    teeth_min_releases=config.teeth_min_releases,
+                   teeth_beyond_spreads=config.teeth_beyond_spreads,
                    sharp_release=config.sharp_release_window_s,
                    floor_memory=config.floor_memory_s,
                    floor_memory_min_cover=config.floor_memory_min_cover_s,
@@ -331,14 +334,17 @@ def above_pattern(points: Sequence[Point], now: float, w: Windows, limit: float,
                   lasting_rate: float | None) -> bool:
     """ABOVE_PATTERN: the last hour's highest figure rose above the same hours one
     period ago (PATTERN_RISE) by more than a period of the lasting trend, the peaks'
-    margin and the quiet hours' swing."""
+    margin and the quiet hours' swing; never where the pattern has teeth (TEETH: they
+    drift through the day)."""
     raw = pattern_rise(points, now, w)
     if raw is None:
         return False
     rise = raw - (lasting_rate or 0.0) * w.pattern_period
     margin = w.beyond_ratio * limit
-    # quiet_swing reads a day of hours: only where the rise clears the margin alone.
-    return rise > margin and rise > margin + quiet_swing(points, now, w)
+    # quiet_swing and teeth read a day of points: only where the rise clears the
+    # margin alone.
+    return (rise > margin and rise > margin + quiet_swing(points, now, w)
+            and not teeth(points, now, w, limit))
 
 
 def _new_high(last: float | None, before: float | None, share: float,
@@ -408,18 +414,56 @@ def pattern_signs(points: Sequence[Point], now: float, w: Windows, limit: float
     return known, released
 
 
-def teeth(points: Sequence[Point], now: float, w: Windows, limit: float) -> bool:
-    """TEETH: SHARP_RELEASE (the figure now below the highest of the sharp-release
-    window by more than the swing: 1, else 0) at the lasting evaluations of the envelope
-    window changed more than 2n - 2 times: n sharp releases at least. A daily swing
-    falls over hours and has none."""
+@dataclass(frozen=True)
+class Release:
+    """A lasting evaluation whose sharp-release window held a sharp release
+    (SHARP_RELEASE 1): RELEASE_BASE, its lowest figure, and RELEASE_FALL, its highest
+    less that."""
+
+    at: float
+    base: float
+    fall: float
+
+
+def _sharp_releases(points: Sequence[Point], now: float, w: Windows, limit: float
+                    ) -> tuple[int, list[Release]]:
+    """SHARP_RELEASE at the lasting evaluations of the envelope window (the figure now
+    below the highest of the sharp-release window by more than the swing: 1, else 0):
+    how many times it changed, and the evaluations where it read 1."""
     swing = w.swing_ratio * limit
     flags: list[bool] = []
+    releases: list[Release] = []
     t = now - w.baseline + w.lasting_interval
     while t <= now + 1e-9:
         pts = between(points, t - w.sharp_release, t)
         if pts:
-            flags.append(max(v for _, v in pts) - pts[-1][1] > swing)
+            top = max(v for _, v in pts)
+            sharp = top - pts[-1][1] > swing
+            flags.append(sharp)
+            if sharp:
+                base = min(v for _, v in pts)
+                releases.append(Release(t, base, top - base))
         t += w.lasting_interval
-    changes = sum(a != b for a, b in itertools.pairwise(flags))
+    return sum(a != b for a, b in itertools.pairwise(flags)), releases
+
+
+def teeth(points: Sequence[Point], now: float, w: Windows, limit: float) -> bool:
+    """TEETH: SHARP_RELEASE changed more than 2n - 2 times over the envelope window: n
+    sharp releases at least. A daily swing falls over hours and has none."""
+    changes, _ = _sharp_releases(points, now, w, limit)
     return changes > 2 * w.teeth_min_releases - 2
+
+
+def tooth_crest(points: Sequence[Point], now: float, w: Windows, limit: float
+                ) -> tuple[float, float] | None:
+    """TOOTH_CREST and TOOTH_SPREAD where the pattern has teeth, else None: the last
+    release's base plus the tallest fall of the envelope window plus the spread, the
+    falls' range over their number less one (the window over the teeth's mean period,
+    TEETH_PERIOD, less one)."""
+    changes, releases = _sharp_releases(points, now, w, limit)
+    if changes <= 2 * w.teeth_min_releases - 2 or not releases:
+        return None
+    period = 2 * w.baseline / changes
+    falls = [r.fall for r in releases]
+    spread = (max(falls) - min(falls)) * period / (w.baseline - period)
+    return releases[-1].base + max(falls) + spread, spread
