@@ -111,42 +111,18 @@ def jittered_sawtooth(rng: random.Random) -> Draw:
     page may come up to a mean period and two hours before the tallest tooth the
     pattern can make could first reach the noise band of the limit.
 
-    Not yet held on every draw: seed 1 (phase) pages 34 h before the kill, the pod 1.6
-    days old: a tooth climbs from 60 % to 86 % in 1.5 h, 30 % taller than any before it,
-    above the pattern's ceiling (83.5 %) with the medium horizon an hour from the limit,
-    and stops at 86 % (still so at session 52's rules). Seed 17 below holds at session
-    52's rules (the ramping lift without teeth and the floor memory's 22-h floors);
-    probed at them, seed 18 pages 1 h 30 min ahead (the lasting horizon 2 h from the
-    limit on the tooth before the one that kills).
-    Seed 17 (shortened; teeth every 2.1 h, 22 % of the limit) paged 3 minutes before
-    the kill: after teeth that crested at 95 % and 89 %, the one that kills climbs from
-    81 % to the limit in 45 minutes, a climb within what the teeth vary by (not beyond the
-    pattern), with the envelope 16.5 h from the limit and the peaks 2.7 quiet swings
-    below it. The same at session 48's rules (a546872). Seed 23 (shortened; teeth every
-    4.8 h, 28 % of the limit) never pages: after teeth that crested at 92.5 % and 87 %,
-    the one that kills climbs from 82 % to the limit in 1.5 h (12 % an hour, the medium
-    horizon 1 h from the limit at 88 %), but the pattern's ceiling (the envelope plus 30 %
-    of the teeth's height) is above the limit, so no climb below it is beyond the pattern;
-    the envelope carried on is 19-26 h from the limit at the lasting rate (7 % a day). A
-    ceiling at or above the limit cannot excuse a climb as a tooth, but the healthy class's
-    tallest tooth (92 %) reads the same ceiling: what tells them apart is the floor's
-    rise, not the teeth. Seed 18 (shipped; teeth every 4 h, 21.5 % of the limit, the
-    floor rising 1-5 % a day) never pages: the tooth before the one that kills crests at
-    97.8 % (3.1 quiet swings below the limit, the carried envelope 10 h from it), and the
-    last climbs from 92.5 % to the limit in half an hour, 2.2 % above the carried
-    envelope: its crest is the teeth's spread, which no recorded series measures. Seed 22
-    (phase; teeth every 2.75 h) pages 30 h 52 min before the kill, on the second day: a
-    tooth climbing 20 % an hour reaches 89 %, 11 % above the day's tallest and beyond the
-    pattern's ceiling (87.6 %), its medium horizon 40 min from the limit; the day had
-    not yet shown a tooth that tall. Seed 8 (shortened; teeth every 2.95 h, 20 % of the
-    limit, the floor rising 11-12 % a day) pages 11 h 50 min before the kill at session
-    52's rules: after crests of 86.9-87.3 % for eight hours, a tooth climbs to 94.4 %
-    (the carried envelope 91.1 %, the ceiling 92.8 %, the medium horizon 31 min from the
-    limit) and stops there; the teeth then crest at 93-95 % for ten hours before the one
-    that kills. Seeds 25 (phase; teeth every 2.9 h, 28 % of the limit: pages 22 h early)
-    and 28 (phase; teeth every 5.9 h, 26 % of the limit: pages at the kill) fail the same
-    two ways, first replayed at session 52's rules (not probed). The spread of the teeth's
-    crests and their period would answer all of these; the rules record neither yet."""
+    Held on 29 of 30 draws since session 55's tooth crest (TOOTH_CREST: the last
+    release's base plus the day's tallest fall plus the falls' range over their number
+    less one). Before it, seeds 1, 8, 22, 23, 25 and 28 failed two ways: a tooth taller
+    than the pattern's ceiling paged hours early (seed 22, 30 h: a tooth of 1.30 of the
+    mean height on a floor a young pod's lasting rate read at 0.4 GB a day of 3.3; seeds
+    8 and 25, 12-22 h: ABOVE_PATTERN read the teeth's drift through the day as a leak
+    speeding up), or the killing tooth topped every crest the envelope carried on and
+    never paged (seed 23: 1.23 after crests of at most 1.16). Not yet held: seed 1
+    (phase; teeth every 4 h, 28 % of the limit) pages 11 h 15 min before the kill, 54 min
+    before the class allows: the day's tallest fall is 1.29 of the mean height, near the
+    1.3 the pattern reaches, and the spread added to it (1.4 GB, 6.5 h of the floor's
+    rise) brings the crest within 3 h of the limit at the lasting rate."""
     step, pod = _step(rng, (60, 90, 120)), "jagged-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(2, 6) * HOUR
