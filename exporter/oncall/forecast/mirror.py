@@ -147,6 +147,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         # The floor's rise (a day of points) is read once, and only where asked.
         rise = functools.cache(lambda: floor_rise(points, now, w))
         margin = w.beyond_ratio * limit
+        crest = tooth_crest(points, now, w, limit)  # None unless the pattern has teeth
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
             # window of the trend, where more and the floor is known not to rise or
@@ -154,7 +155,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
             # release window of the trend where it exists.
             low = floor(points, now, w)
             if low is not None and (((r := rise()) is not None and r <= min_rise(w, limit))
-                                    or teeth(points, now, w, limit)):
+                                    or crest is not None):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
             before = envelope(points, now - w.release_window, w)
@@ -168,7 +169,6 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                             now - w.hour) if points else None
             margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
-        crest = tooth_crest(points, now, w, limit)
         if crest is not None:
             # Teeth: up to the tooth's expected crest and a few of their spreads where
             # that is higher (a tall tooth on a floor the trend under-reads).
