@@ -136,9 +136,10 @@ def _pattern_ceiling(config: Config) -> str:
         limit=q.LIMIT)
     # Where the pattern has teeth, up to the tooth's expected crest and
     # teeth_beyond_spreads of their spread where that is higher: a climb within it is a
-    # tooth nine times in ten, however it compares with the day's tallest peak (a young
-    # leak's trend under-reads the floor's rise: a tall tooth on a risen floor is still
-    # a tooth, and the envelope carried on does not say so).
+    # tooth nine times in ten (four in five with three or four teeth a day), however it
+    # compares with the day's tallest peak (a young leak's trend under-reads the floor's
+    # rise: a tall tooth on a risen floor is still a tooth, and the envelope carried on
+    # does not say so).
     crest = f"{q.TOOTH_CREST} + on {g} {config.teeth_beyond_spreads} * {q.TOOTH_SPREAD}"
     return expr("${crest} > on ${g} (${env}\n) or on ${g} (${env}\n)",
                 crest=crest, g=g, env=indent(env, 2))

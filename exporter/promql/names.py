@@ -253,9 +253,9 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "lasting trend where one exists; none where the envelope is what the "
     "hour before the last one reached: a steady climb's own); where the pattern has "
     "teeth and it is higher, the tooth's expected crest (TOOTH_CREST) plus two "
-    "TOOTH_SPREADs (a taller tooth is beyond what the teeth make about nine times in "
-    "ten; the crest stands on the floor the last release left, which a young leak's "
-    "trend under-reads). The figure CLIMB_BEYOND_PATTERN compares with",
+    "TOOTH_SPREADs (a taller tooth is beyond what the teeth make nine times in ten "
+    "from five teeth a day; the crest stands on the floor the last release left, which "
+    "a young leak's trend under-reads). The figure CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
