@@ -420,7 +420,6 @@ class Release:
     (SHARP_RELEASE 1): RELEASE_BASE, its lowest figure, and RELEASE_FALL, its highest
     less that."""
 
-    at: float
     base: float
     fall: float
 
@@ -442,7 +441,7 @@ def _sharp_releases(points: Sequence[Point], now: float, w: Windows, limit: floa
             flags.append(sharp)
             if sharp:
                 base = min(v for _, v in pts)
-                releases.append(Release(t, base, top - base))
+                releases.append(Release(base, top - base))
         t += w.lasting_interval
     return sum(a != b for a, b in itertools.pairwise(flags)), releases
 
@@ -451,6 +450,11 @@ def teeth(points: Sequence[Point], now: float, w: Windows, limit: float) -> bool
     """TEETH: SHARP_RELEASE changed more than 2n - 2 times over the envelope window: n
     sharp releases at least. A daily swing falls over hours and has none."""
     changes, _ = _sharp_releases(points, now, w, limit)
+    return _enough_releases(changes, w)
+
+
+def _enough_releases(changes: int, w: Windows) -> bool:
+    """n sharp releases at least: SHARP_RELEASE changed more than 2n - 2 times."""
     return changes > 2 * w.teeth_min_releases - 2
 
 
@@ -461,7 +465,7 @@ def tooth_crest(points: Sequence[Point], now: float, w: Windows, limit: float
     falls' range over their number less one (the window over the teeth's mean period,
     TEETH_PERIOD, less one)."""
     changes, releases = _sharp_releases(points, now, w, limit)
-    if changes <= 2 * w.teeth_min_releases - 2 or not releases:
+    if not _enough_releases(changes, w) or not releases:
         return None
     period = 2 * w.baseline / changes
     falls = [r.fall for r in releases]
