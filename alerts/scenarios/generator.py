@@ -67,6 +67,9 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "traffic-leak": killed.traffic_leak,
     "reload-then-leak": killed.reload_then_leak,
     "noisy-flat": healthy.noisy_flat,
+    "weekly-leak": killed.weekly_leak,
+    "mode-switch": healthy.mode_switch,
+    "daily-flush": healthy.daily_flush,
 }
 
 
@@ -106,6 +109,9 @@ PROPERTIES: dict[str, str] = {
     "traffic-leak": "a-leak-that-grows-with-traffic-pages-ahead",
     "reload-then-leak": "the-leak-after-a-reload-step-pages-ahead",
     "noisy-flat": "silent-on-heavy-noise",
+    "weekly-leak": "a-leak-under-a-weekly-pattern-pages-ahead",
+    "mode-switch": "silent-on-two-working-sets-once-known",
+    "daily-flush": "silent-on-a-cache-flushed-about-daily",
 }
 
 

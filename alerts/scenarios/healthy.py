@@ -11,7 +11,7 @@ from exporter.promql import DAY, HOUR, MINUTE
 
 from .draws import Draw, GiB, _healthy, _k, _pod_alerts, _single, _step, _tickets
 from .recording import NS, Recorder, steady
-from .shapes import Bursts, Noise, Teeth, _tooth, diurnal, ramp
+from .shapes import Bursts, Modes, Noise, Teeth, _tooth, diurnal, ramp, weekend
 
 
 def limit_raised(rng: random.Random) -> Draw:
@@ -200,15 +200,9 @@ def weekly(rng: random.Random) -> Draw:
     first_day = rng.randrange(5)  # the weekday the replay starts on (0 = Monday)
     noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
 
-    def weekend(t: int) -> float:
-        """0 on weekdays, 1 on the weekend, ramped over ``edge`` at both ends."""
-        d = (t / DAY + first_day) % 7
-        if d >= 5:
-            return min(1.0, (d - 5) * DAY / edge)
-        return max(0.0, 1 - d * DAY / edge) if t >= edge or first_day else 0.0
-
     def u(t: int) -> float:
-        return limit * (crest - amp - drop * weekend(t)) + diurnal(t, amp * limit) + noise(t)
+        return limit * (crest - amp - drop * weekend(t, first_day, edge)) \
+            + diurnal(t, amp * limit) + noise(t)
 
     end = 9 * DAY
     rec = Recorder(range(0, end + 1, step), steady())
@@ -276,3 +270,52 @@ def bursty_healthy(rng: random.Random) -> Draw:
     _single(rec, pod, lambda t: limit, u)
     return Draw("bursty-healthy", 0, _healthy("bursty-healthy", step, 3 * DAY, rec),
                 {"step": step, "level": level / limit, "burst": size / limit})
+
+
+def mode_switch(rng: random.Random) -> Draw:
+    """Two working sets taking turns (adapters loaded and dropped, a long-context tenant
+    that comes and goes): low at 45-60 % of the limit, high at 78-90 %, each held 1-10 h,
+    each switch made over 2-20 minutes, three days: silent once a day of history shows
+    the high set recurring. The first switch of a young pod climbs like a ramp toward
+    the limit with nothing yet to say where it stops, and one page there is defensible."""
+    step, pod = _step(rng, (30, 60, 120)), "modes-0"
+    limit = rng.uniform(24, 48) * GiB
+    low, high = rng.uniform(0.45, 0.6), rng.uniform(0.78, 0.9)
+    modes = Modes(rng, (1, 10), 3 * DAY)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return limit * (low + (high - low) * modes(t)) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _healthy("mode-switch", step, 3 * DAY, rec, allow=_pod_alerts(pod),
+                    quiet_after_s=DAY)
+    return Draw("mode-switch", 0, case, {"step": step, "low": low, "high": high,
+                                         "switches": len(modes.starts)})
+
+
+def daily_flush(rng: random.Random) -> Draw:
+    """A cache (or a leak a scheduled restart clears) emptied about once a day, every
+    20-36 h, each fill climbing 25-45 % of the limit to the same peak at 80-90 %, five
+    days: silent. A fill slower than a day has no teeth and its climb spans the day's
+    envelope: the day after a release, the peaks that recur are the ones before it.
+    Tickets are allowed: a fill that has climbed all day is a leak to any forecast until
+    its release."""
+    step, pod = _step(rng, (60, 90, 120)), "daily-flush-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(20, 36) * HOUR
+    peak = rng.uniform(0.8, 0.9) * limit
+    height = rng.uniform(0.25, 0.45) * limit
+    rise = rng.uniform(0.85, 0.97)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak - height + height * _tooth(t, period, rise) + noise(t)
+
+    rec = Recorder(range(0, 5 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    case = _healthy("daily-flush", step, 5 * DAY, rec, allow=_tickets(pod))
+    return Draw("daily-flush", 0, case, {"step": step, "period_h": period / HOUR,
+                                         "peak": peak / limit})
+

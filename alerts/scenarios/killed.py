@@ -32,7 +32,7 @@ from .draws import (
     noise_timed,
 )
 from .recording import FILL, NS, Recorder, Scrape, cgroup, process, rollouts, steady, with_gaps
-from .shapes import Bursts, Noise, Teeth, _tooth, diurnal, first_at_or_above, ramp
+from .shapes import Bursts, Noise, Teeth, _tooth, diurnal, first_at_or_above, ramp, weekend
 
 
 def limit_cut(rng: random.Random) -> Draw:
@@ -760,3 +760,34 @@ def raised_then_leak(rng: random.Random) -> Draw:
                                         step))
     return Draw("raised-then-leak", 0, case, {"step": step, "factor": factor,
                                                "after_d": (kill - raise_at) / DAY})
+
+
+def weekly_leak(rng: random.Random) -> Draw:
+    """The weekly pattern (weekdays swinging 5-15 % of the limit and cresting at 60-70 %,
+    weekends 10-25 % lower, reached and left over 1-6 hours, the replay starting on any
+    weekday) over a leak of 3-8 % of the limit a day, to the kill: a page ahead of the
+    kill, not hours early. The kill often comes as the weekday level returns, on a Monday
+    morning, when the day's envelope is the weekend's and the floor has fallen: what the
+    climb must pass is last week's peaks, not the weekend's.
+
+    Seed 3 (a Monday start; 6.5 % a day, killed the second Monday at 8 AM) never paged
+    before the kill: the weekend hid the leak from the lasting horizon, and the climb
+    back was read against a ceiling of Sunday's envelope plus a share of the weekend's
+    drop and the envelope's own rise, which rode the climb. Last week's peaks
+    (HIGHEST_ENVELOPE) now cap the ceiling where they stand above the day's."""
+    step, pod = _step(rng, (60, 90, 120)), "weekly-leak-0"
+    limit = rng.uniform(24, 64) * GiB
+    amp, crest = rng.uniform(0.05, 0.15), rng.uniform(0.6, 0.7)
+    drop, edge = rng.uniform(0.1, 0.25), rng.uniform(1, 6) * HOUR
+    first_day = rng.randrange(5)  # the weekday the replay starts on (0 = Monday)
+    rate = rng.uniform(0.03, 0.08) * limit / DAY
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return limit * (crest - amp - drop * weekend(t, first_day, edge)) + rate * t \
+            + diurnal(t, amp * limit) + noise(t)
+
+    case, kill = _noisy_kill("weekly-leak", step, pod, limit, u, noise.sigma, 16 * DAY)
+    return Draw("weekly-leak", 0, case, {"step": step, "pct_day": rate * DAY / limit * 100,
+                                         "first_day": first_day, "days": kill / DAY})
+

@@ -1,6 +1,6 @@
 """Shapes of memory over time for the cases and the drawn classes: a ramp, a diurnal swing,
-seeded noise, a sawtooth's tooth, irregular teeth, bursts of traffic, and the first sample
-at which a shape reaches its limit."""
+seeded noise, a sawtooth's tooth, irregular teeth, bursts of traffic, a weekend, two
+working sets taking turns, and the first sample at which a shape reaches its limit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import bisect
 import math
 import random
 
-from exporter.promql import DAY, HOUR
+from exporter.promql import DAY, HOUR, MINUTE
 
 from .recording import Fn
 
@@ -99,3 +99,35 @@ class Teeth:
     def __call__(self, t: int) -> float:
         i = bisect.bisect_right(self.starts, t) - 1
         return self.heights[i] * min(1.0, (t - self.starts[i]) / self.fills[i])
+
+
+def weekend(t: float, first_day: int, edge: float) -> float:
+    """0 on weekdays, 1 on the weekend, ramped over ``edge`` at both ends, for a replay
+    that starts on weekday ``first_day`` (0 = Monday)."""
+    d = (t / DAY + first_day) % 7
+    if d >= 5:
+        return min(1.0, (d - 5) * DAY / edge)
+    return max(0.0, 1 - d * DAY / edge) if t >= edge or first_day else 0.0
+
+
+class Modes:
+    """Two working sets taking turns (adapters loaded and dropped, a long-context tenant
+    that comes and goes): 0 in the low one, 1 in the high one, low first, each held
+    ``dwell_h`` (lo, hi) hours and each switch made over 2-20 minutes."""
+
+    def __init__(self, rng: random.Random, dwell_h: tuple[float, float], span: int) -> None:
+        self.starts: list[float] = []  # each switch: low to high at even indexes
+        self.spans: list[float] = []
+        t = rng.uniform(0.5, 3) * HOUR
+        while t < span:
+            self.starts.append(t)
+            self.spans.append(rng.uniform(2, 20) * MINUTE)
+            t += rng.uniform(*dwell_h) * HOUR
+
+    def __call__(self, t: int) -> float:
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i < 0:
+            return 0.0
+        up = ramp(t, self.starts[i], self.starts[i] + self.spans[i])
+        return up if i % 2 == 0 else 1.0 - up
+
