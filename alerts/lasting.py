@@ -141,12 +141,13 @@ def _pattern_ceiling(config: Config) -> str:
     # rise: a tall tooth on a risen floor is still a tooth, and the envelope carried on
     # does not say so).
     crest = f"{q.TOOTH_CREST} + on {g} {config.teeth_beyond_spreads} * {q.TOOTH_SPREAD}"
-    # Where last week's peaks (HIGHEST_ENVELOPE) stand above the day's, after a weekend
-    # or a quiet day, the peaks that recur are last week's: a climb back to them is the
-    # pattern, a climb beyond them by the margin is not, however high the day's envelope
-    # and its margins ride the climb itself (a leak under a weekly pattern, killed on a
-    # Monday morning, was never beyond a ceiling of Sunday's envelope plus a share of
-    # the weekend's drop and the envelope's own rise).
+    # Where last week's peaks (HIGHEST_ENVELOPE) stood above the day's before this climb
+    # (the envelope a release window ago), after a weekend or a quiet day, the peaks
+    # that recur are last week's: a climb back to them is the pattern, a climb beyond
+    # them by the margin is not, however high the day's envelope and its margins ride
+    # the climb itself (a leak under a weekly pattern, killed on a Monday morning, was
+    # never beyond a ceiling of Sunday's envelope plus a share of the weekend's drop and
+    # the envelope's own rise).
     week = (f"last_over_time({q.HIGHEST_ENVELOPE}"
             f"[{duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)}])")
     return expr(
@@ -162,12 +163,14 @@ def _pattern_ceiling(config: Config) -> str:
               or
                 label_replace(
                     ${week} + on ${g} ${margin}
-                    and on ${g} ${week} > on ${g} ${envelope},
+                    and on ${g} ${week} > on ${g} ${day_before},
                     "part", "week", "", ""
                 )
             )
         )""",
-        crest=crest, g=g, env=indent(env, 12), week=week, margin=margin, envelope=envelope)
+        crest=crest, g=g, env=indent(env, 12), week=week, margin=margin,
+        day_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
+                   f"offset {duration(config.release_window_s)})")
 
 
 def breakdown_rules(config: Config) -> list[tuple[str, str]]:

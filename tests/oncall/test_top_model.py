@@ -799,3 +799,33 @@ def test_a_tooth_within_what_irregular_teeth_make_is_the_pattern_not_after_equal
 
     assert not {"short", "medium"} & set(forecast((5.0, 9.0, 6.0, 8.0)))
     assert {"short", "medium"} & set(forecast((9.0, 9.0, 9.0, 9.0)))
+
+
+def test_a_climb_back_from_the_weekend_is_read_against_last_weeks_peaks() -> None:
+    """HIGHEST_ENVELOPE's cap on the ceiling, mirrored: weekdays at 20 GiB swinging 6 GiB
+    to a 15:00 crest, weekends 3 GiB lower (Monday's trough is a release below Sunday's
+    crest), read on the second Monday at noon, climbing back. Flat, the climb is below
+    last week's crest: the pattern. Over a leak of 0.6 GiB a day it stands 0.85 GiB above
+    Friday's crest and beyond the pattern, though the day's envelope has passed that crest
+    an hour ago and its ceiling (a share of the weekend's fall and the envelope's own rise
+    above it) rides the climb."""
+    w = fc.Windows.of()
+    day, hour, limit = 86400.0, 3600.0, 40 * GiB
+    now = 7 * day + 12 * hour
+
+    def forecast(leak_per_day: float) -> dict[str, float]:
+        def u(t: float) -> float:
+            d = t / day % 7
+            weekend = min(1.0, (d - 5) * 8) if d >= 5 else max(0.0, 1 - d * 8) if t > day else 0
+            swing = 6 * GiB * (0.5 + 0.5 * math.cos(2 * math.pi * (t % day / hour - 15) / 24))
+            return 20 * GiB - 3 * GiB * weekend + swing + leak_per_day * t / day
+
+        pts = [(t, u(t)) for t in (i * 60.0 for i in range(int(now / 60) + 1))]
+        rates = growth(pts, now, w, limit)
+        assert {"short", "medium"} & set(rates)  # the climb back
+        return fc.time_to_limit_by_horizon(
+            limit, pts[-1][1], highest(pts, now - w.peak, now) or 0.0, rates,
+            envelope(pts, now, w), w, None, pts, now)
+
+    assert not {"short", "medium"} & set(forecast(0.0))
+    assert {"short", "medium"} & set(forecast(0.6 * GiB))

@@ -39,6 +39,7 @@ from exporter.oncall.forecast.series import (
     slope,
     teeth,
     tooth_crest,
+    week_peaks,
 )
 from exporter.promql import (
     CONFIG,
@@ -169,6 +170,14 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                             now - w.hour) if points else None
             margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
+        week = week_peaks(points, now, w) if points else None
+        day_before = envelope(points, now - w.release_window, w) if points else None
+        if week is not None and day_before is not None and week > day_before:
+            # Last week's peaks stood above the day's before this climb (a weekend, a
+            # quiet day): they are the peaks that recur, and a climb beyond them by the
+            # margin is not the pattern, however the day's envelope and its margins
+            # ride the climb.
+            above = min(above, week + w.beyond_ratio * limit)
         if crest is not None:
             # Teeth: up to the tooth's expected crest and a few of their spreads where
             # that is higher (a tall tooth on a floor the trend under-reads).

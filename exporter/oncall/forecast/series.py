@@ -214,6 +214,13 @@ def floor_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
     return None if fa is None or fb is None else (fa - fb) * w.baseline / covered
 
 
+def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """HIGHEST_ENVELOPE: the highest envelope of the floor memory before the last
+    window (a weekly pattern's weekday peaks, seen from its weekend)."""
+    return highest(points, now - w.floor_memory - w.baseline - 2 * w.hour,
+                   now - w.baseline - w.hour)
+
+
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
     """The days-scale rise: the floor and the envelope of the peaks must both rise day
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
@@ -237,8 +244,7 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
             < w.min_cover:
         return None
     rise = min(ea - eb, eb - ec)
-    week = highest(points, now - w.floor_memory - w.baseline - 2 * w.hour,
-                   now - w.baseline - w.hour)
+    week = week_peaks(points, now, w)
     if rise <= minimum or (week is not None and week + rise / 2 >= ea):
         return None
     return rise / w.baseline
