@@ -774,7 +774,16 @@ def weekly_leak(rng: random.Random) -> Draw:
     before the kill: the weekend hid the leak from the lasting horizon, and the climb
     back was read against a ceiling of Sunday's envelope plus a share of the weekend's
     drop and the envelope's own rise, which rode the climb. Last week's peaks
-    (HIGHEST_ENVELOPE) now cap the ceiling where they stand above the day's."""
+    (HIGHEST_ENVELOPE) now cap the ceiling where they stood above the day's a release
+    window before.
+
+    Not held yet: seeds 2 and 4 (Thursday starts, killed on the second Tuesday, at 94 %
+    of the limit for half a day before) page 7 h 22 min and 9 h 22 min ahead, 3-5 h
+    before the class allows. After the first weekend the floor's rise is read from the
+    week's highest floor (HIGHEST_FLOOR, Friday's: a weekly pattern's weekday floor comes
+    back to it), which is days old, as one day's rise, and the envelope's from Sunday's:
+    the lasting rate reads 2-3 times the leak for a day and its time to limit falls
+    within the page's 2 h."""
     step, pod = _step(rng, (60, 90, 120)), "weekly-leak-0"
     limit = rng.uniform(24, 64) * GiB
     amp, crest = rng.uniform(0.05, 0.15), rng.uniform(0.6, 0.7)
