@@ -255,10 +255,11 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "peaks (HIGHEST_ENVELOPE) plus 1 % of the limit where they stood above the day's "
     "envelope a release window ago (after a weekend or a quiet day the peaks that recur "
     "are last week's, and the day's envelope and its margins ride a climb back to "
-    "them); where the pattern has teeth and it is higher, the tooth's expected crest (TOOTH_CREST) plus two "
-    "TOOTH_SPREADs (a taller tooth is beyond what the teeth make nine times in ten "
-    "from five teeth a day; the crest stands on the floor the last release left, which "
-    "a young leak's trend under-reads). The figure CLIMB_BEYOND_PATTERN compares with",
+    "them); where the pattern has teeth and it is higher, the tooth's expected crest "
+    "(TOOTH_CREST) plus two TOOTH_SPREADs (a taller tooth is beyond what the teeth make "
+    "nine times in ten from five teeth a day; the crest stands on the floor the last "
+    "release left, which a young leak's trend under-reads). The figure "
+    "CLIMB_BEYOND_PATTERN compares with",
     WORKING_SET_BASELINE: "lowest working set over the envelope window: flat while "
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
