@@ -71,6 +71,12 @@ def _tooth_crest(config: Config) -> str:
         base=q.RELEASE_BASE, bw=bw, g=g, fall=q.RELEASE_FALL, spread=q.TOOTH_SPREAD)
 
 
+def floor_memory_hold(config: Config) -> str:
+    """How far back the hourly floor-memory figures are read: two of its rounds and a
+    lasting hold, so one is always in the window."""
+    return duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)
+
+
 def _pattern_ceiling(config: Config) -> str:
     """The envelope of the peaks plus the margin a recurring climb stays within
     (``PATTERN_CEILING``): recorded here, with the figures it is made of, and read
@@ -105,13 +111,13 @@ def _pattern_ceiling(config: Config) -> str:
     # the margin counts against peaks that recur, not against a climb's own last hours:
     # where the envelope is no higher than the hour before the last one reached, it is
     # the climb itself (a steady leak, even a noisy one), and there is no margin.
+    env_before = (f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
+                  f"offset {duration(config.release_window_s)})")
     env_rise = expr(
         "clamp_min(${env} - on ${g} ${env_before}, 0) < on ${g} ${window} * ${trend}"
         " or on ${g} ${window} * ${trend} or on ${g} clamp_min(${env} - on ${g}"
         " ${env_before}, 0)",
-        env=envelope, g=g, window=config.release_window_s,
-        env_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
-                   f"offset {duration(config.release_window_s)})",
+        env=envelope, g=g, window=config.release_window_s, env_before=env_before,
         trend=f'clamp_min(last_over_time({q.GROWTH}{{horizon="lasting"}}[{hold}]), 0)')
     env = expr(
         """
@@ -148,8 +154,7 @@ def _pattern_ceiling(config: Config) -> str:
     # the climb itself (a leak under a weekly pattern, killed on a Monday morning, was
     # never beyond a ceiling of Sunday's envelope plus a share of the weekend's drop and
     # the envelope's own rise).
-    week = (f"last_over_time({q.HIGHEST_ENVELOPE}"
-            f"[{duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)}])")
+    week = f"last_over_time({q.HIGHEST_ENVELOPE}[{floor_memory_hold(config)}])"
     return expr(
         """
         max by ${g} (
@@ -169,8 +174,7 @@ def _pattern_ceiling(config: Config) -> str:
             )
         )""",
         crest=crest, g=g, env=indent(env, 12), week=week, margin=margin,
-        day_before=f"last_over_time({q.PEAK_ENVELOPE}[{hold}] "
-                   f"offset {duration(config.release_window_s)})")
+        day_before=env_before)
 
 
 def breakdown_rules(config: Config) -> list[tuple[str, str]]:
@@ -257,7 +261,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     bw = duration(config.baseline_window_s)
     bw_s = config.baseline_window_s
     # What the hourly floor memory group records, held between its rounds.
-    floor_memory_hold = duration(2 * config.floor_memory_interval_s + config.lasting_hold_s)
+    memory_hold = floor_memory_hold(config)
     # The hidden floor's "spans both windows": the series was there 45 minutes before the
     # earlier window's first hourly figure began, so that figure is past a young pod's
     # warm-up (its loading minutes are no floor to rise from). HOURLY_MAX is there from
@@ -425,7 +429,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE, expr(
             "(last_over_time(${hf}[${hold}]) <= on ${g} ${env}"
             " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,
-            hold=floor_memory_hold, g=gb,
+            hold=memory_hold, g=gb,
             env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
             memory=duration(config.floor_memory_s)),
             # From a young workload's part of the earlier window (``covered``): the
@@ -550,7 +554,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             minimum=min_rise(config),
             peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
-            hold=floor_memory_hold,
+            hold=memory_hold,
             bw_s=bw_s)),
         # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
         (q.PEAK_CARRIED, carried),
@@ -676,11 +680,11 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # records it once an hour.
         (q.KIND_LASTING_GROWTH, expr(
             "last_over_time(${peaks}[${hold}]) and ${binds}\nor\n${hours}",
-            peaks=q.KIND_PEAK_GROWTH, hold=floor_memory_hold, binds=lasting_binds,
+            peaks=q.KIND_PEAK_GROWTH, hold=memory_hold, binds=lasting_binds,
             hours=_per_kind(config, day_over_day))),
         (q.PROCESS_LASTING_GROWTH, expr(
             "last_over_time(${peaks}[${hold}]) and ${binds}\nor\n${hours}",
-            peaks=q.PROCESS_PEAK_GROWTH, hold=floor_memory_hold, binds=lasting_binds,
+            peaks=q.PROCESS_PEAK_GROWTH, hold=memory_hold, binds=lasting_binds,
             hours=day_over_day(q.PROCESS_MEMORY))),
         # A process is named when the kind that grows most is a process's (anon, shmem)
         # or no kind is reported (then it is anon's); else the kind alone (/dev/shm

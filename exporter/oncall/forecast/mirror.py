@@ -149,6 +149,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         rise = functools.cache(lambda: floor_rise(points, now, w))
         margin = w.beyond_ratio * limit
         crest = tooth_crest(points, now, w, limit)  # None unless the pattern has teeth
+        before = envelope(points, now - w.release_window, w)  # a release window ago
         if released:
             # The next tooth: the margin (or a share of the teeth's height, less a
             # window of the trend, where more and the floor is known not to rise or
@@ -159,7 +160,6 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                                     or crest is not None):
                 margin = max(margin, w.teeth_share
                              * (peaks - low - w.baseline * max(trend, 0.0)))
-            before = envelope(points, now - w.release_window, w)
             rose = max(0.0, peaks - before) if before is not None else 0.0
             if lasting_rate is not None:
                 rose = min(rose, w.release_window * max(lasting_rate, 0.0))
@@ -170,9 +170,8 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
                             now - w.hour) if points else None
             margin = 0.0 if climb is not None and peaks <= climb else margin
         above = peaks + margin
-        week = week_peaks(points, now, w) if points else None
-        day_before = envelope(points, now - w.release_window, w) if points else None
-        if week is not None and day_before is not None and week > day_before:
+        week = week_peaks(points, now, w)
+        if week is not None and before is not None and week > before:
             # Last week's peaks stood above the day's before this climb (a weekend, a
             # quiet day): they are the peaks that recur, and a climb beyond them by the
             # margin is not the pattern, however the day's envelope and its margins
