@@ -318,4 +318,3 @@ def daily_flush(rng: random.Random) -> Draw:
     case = _healthy("daily-flush", step, 5 * DAY, rec, allow=_tickets(pod))
     return Draw("daily-flush", 0, case, {"step": step, "period_h": period / HOUR,
                                          "peak": peak / limit})
-

@@ -799,4 +799,3 @@ def weekly_leak(rng: random.Random) -> Draw:
     case, kill = _noisy_kill("weekly-leak", step, pod, limit, u, noise.sigma, 16 * DAY)
     return Draw("weekly-leak", 0, case, {"step": step, "pct_day": rate * DAY / limit * 100,
                                          "first_day": first_day, "days": kill / DAY})
-

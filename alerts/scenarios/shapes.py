@@ -130,4 +130,3 @@ class Modes:
             return 0.0
         up = ramp(t, self.starts[i], self.starts[i] + self.spans[i])
         return up if i % 2 == 0 else 1.0 - up
-
