@@ -273,16 +273,17 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # lasting_min_cover_s.
     covered = f"{q.FLOOR_COVER} >= {config.lasting_min_cover_s}"
 
-    def rise(name: str, since: str = "", guard: str = f"and on {gb}\n{old}") -> str:
-        # The figure now minus the same figure recorded one window ago: the window a
-        # day ago was this rule's own a day ago (the group runs at a fixed phase and a
-        # day is a whole number of its intervals; else it is the figure recorded at
-        # most one interval earlier), so it is read, not scanned again. ``since``: a
-        # higher reference where it is higher (the week's highest floor). ``guard``: where
-        # the rise is read (both windows spanned, by default) or how it is scaled.
-        before = f"last_over_time({name}[{duration(config.lasting_hold_s)}] offset {bw})"
-        if since:
-            before = f"({since} > on {gb} {before} or {before})"
+    def window_ago(name: str) -> str:
+        # The same figure recorded one window ago: the window a day ago was this rule's
+        # own a day ago (the group runs at a fixed phase and a day is a whole number of
+        # its intervals; else it is the figure recorded at most one interval earlier),
+        # so it is read, not scanned again.
+        return f"last_over_time({name}[{duration(config.lasting_hold_s)}] offset {bw})"
+
+    def rise(name: str, guard: str = f"and on {gb}\n{old}") -> str:
+        # The figure now minus the same figure a window ago. ``guard``: where the rise
+        # is read (both windows spanned, by default) or how it is scaled.
+        before = window_ago(name)
         return expr(
             """
             (
@@ -378,6 +379,44 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         )""",
         g=gb, env=q.PEAK_ENVELOPE, rate=rate, hw_s=config.hourly_window_s,
         older=indent(older, 4).strip(), has_teeth=q.TEETH, crest=q.TOOTH_CREST)
+    # The floor's rise: from the highest floor of the week before where the peaks still
+    # reach it and it is above the floor a window ago: a weekly pattern's weekday floor
+    # comes back to last week's, no growth. That floor may be days old (a Friday's, read
+    # on a Tuesday): the rise from it spans its age (HIGHEST_FLOOR_SINCE), scaled to a
+    # window (weekly-leak seeds 2 and 4 read four days of a leak as one and paged 7-9 h
+    # early). A leak's floor rises above every floor before it (the one a window ago
+    # is the highest); after a restart the old floors are above the new peaks and the
+    # floor a window ago counts, and so after an OOM kill. From a young workload's part
+    # of the earlier window (``covered``): the rise spans that part, not a window, and is
+    # scaled to one (the envelope's rise spans a window either way: the peaks sit at
+    # the ends).
+    floor_before = window_ago(q.UNRECLAIMABLE_BASELINE)
+    floor_rise = expr(
+        """
+        (
+            (
+                ${floor}
+              - on ${g}
+                (
+                    (
+                        last_over_time(${hf}[${memory_hold}]) <= on ${g} ${env}
+                        unless on ${pod} max_over_time(${killed}[${memory}])
+                    )
+                  > on ${g}
+                    ${before}
+                )
+            )
+          * on ${g}
+            (${bw_s} / clamp_min(time() - last_over_time(${since}[${memory_hold}]), ${bw_s}))
+          or
+            ${floor} - ${before}
+        )
+        * on ${g} (${bw_s} / (${covered}))
+        """,
+        floor=q.UNRECLAIMABLE_BASELINE, g=gb, hf=q.HIGHEST_FLOOR, memory_hold=memory_hold,
+        env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
+        memory=duration(config.floor_memory_s), before=floor_before, bw_s=bw_s,
+        since=q.HIGHEST_FLOOR_SINCE, covered=covered)
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -426,16 +465,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # floor rises above every floor before it (the one a window ago is the
         # highest); after a restart the old floors are above the new peaks and the
         # floor a window ago counts, as before, and so after an OOM kill.
-        (q.UNRECLAIMABLE_BASELINE_RISE, rise(q.UNRECLAIMABLE_BASELINE, expr(
-            "(last_over_time(${hf}[${hold}]) <= on ${g} ${env}"
-            " unless on ${pod} max_over_time(${killed}[${memory}]))", hf=q.HIGHEST_FLOOR,
-            hold=memory_hold, g=gb,
-            env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
-            memory=duration(config.floor_memory_s)),
-            # From a young workload's part of the earlier window (``covered``): the
-            # floor's rise spans that part, not a window, and is scaled to one (the
-            # envelope's rise spans a window either way: the peaks sit at the ends).
-            guard=f"* on {gb} ({bw_s} / ({covered}))")),
+        (q.UNRECLAIMABLE_BASELINE_RISE, floor_rise),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, guard=f"and on {gb} ({covered})")),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
         # What the daily pattern's one-hour window (below) read for the hour just past,
@@ -748,9 +778,33 @@ def floor_memory_recording_rules(config: Config) -> list[Rule]:
                     s=selector, bw=bw, pod=by(*config.pod_labels), peaks_only=peaks_only,
                     bw_s=config.baseline_window_s)
 
+    memory_hold = floor_memory_hold(config)
+    # When the highest floor was recorded: now less a window where the floor that just
+    # entered the memory is its highest (a leak's, each round), else as recorded before
+    # while that floor is still in the memory, else unknown and taken as the oldest the
+    # memory holds (its highest floor left it, or its history broke: the rise from it
+    # then reads slowest).
+    since = expr(
+        """
+            (
+                last_over_time(${whole}[${hold}] offset ${bw})
+              >= on ${g}
+                ${hf}
+            ) * 0 + time() - ${bw_s}
+          or
+            last_over_time(${since}[${memory_hold}]) > time() - ${memory_s}
+            and on ${g}
+            ${hf}
+          or
+            ${hf} * 0 + time() - ${memory_s}
+        """,
+        whole=q.WHOLE_BASELINE, hold=duration(config.lasting_hold_s), bw=bw, g=gb,
+        hf=q.HIGHEST_FLOOR, bw_s=config.baseline_window_s, since=q.HIGHEST_FLOOR_SINCE,
+        memory_hold=memory_hold, memory_s=config.floor_memory_s)
     return recording_rules([
         (q.HIGHEST_FLOOR, f"max_over_time({q.WHOLE_BASELINE}[{duration(back)}]"
                           f" offset {bw})"),
+        (q.HIGHEST_FLOOR_SINCE, since),
         (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
                              f" offset {bw})"),
         (q.KIND_PEAK_GROWTH, _per_kind(config, peak_rise)),

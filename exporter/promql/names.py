@@ -91,6 +91,7 @@ VLLM_ANSWERED_LATELY = "headroom:vllm_answered_lately:bool"
 TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
 # The floor memory group (evaluated every Config.floor_memory_interval_s).
 HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
+HIGHEST_FLOOR_SINCE = "headroom:memory_unreclaimable:highest_floor_timestamp_seconds"
 HIGHEST_ENVELOPE = "headroom:memory_peak_envelope:highest"
 KIND_PEAK_GROWTH = "headroom:memory_kind_peak_growth:rate"  # per workload and kind
 PROCESS_PEAK_GROWTH = "headroom:process_memory_peak_growth:rate"
@@ -197,7 +198,8 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "pattern for UNRECLAIMABLE_BASELINE_RISE",
     UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the higher of the floor one window "
     "earlier and HIGHEST_FLOOR where the peaks still reach it and no kill came since "
-    "(bytes per window: from a workload younger than two windows, the rise over the part "
+    "(bytes per window: from HIGHEST_FLOOR, the rise over its age, HIGHEST_FLOOR_SINCE, "
+    "scaled to a window; from a workload younger than two windows, the rise over the part "
     "of the earlier window it lived, scaled to a window; none under "
     "Config.lasting_min_cover_s of it)",
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
@@ -328,6 +330,10 @@ FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     HIGHEST_FLOOR: "the highest floor of most of a window (WHOLE_BASELINE) recorded over the floor "
     "memory before the last envelope window: a weekly pattern's weekday floor comes back "
     "to it (no lasting growth), a leak's floor rises above it",
+    HIGHEST_FLOOR_SINCE: "when the floor HIGHEST_FLOOR holds was recorded (unix seconds, "
+    "to a lasting interval): UNRECLAIMABLE_BASELINE_RISE from it spans that long, not a "
+    "window. Where the floor memory holds no such time (its highest floor left it, or "
+    "its history broke), its oldest: a floor memory ago",
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "
     "floor memory before the last envelope window: peaks that rise two days running "
     "are lasting growth only above it (a weekly pattern's weekday peaks come back to it)",

@@ -17,6 +17,7 @@ from exporter.oncall.forecast.mirror import pattern_time_to_limit
 from exporter.oncall.forecast.series import (
     above_pattern,
     envelope,
+    floor_rise,
     greatest_recent_pattern_rise,
     growth,
     highest,
@@ -434,6 +435,14 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
                  for t, _ in pts]
     assert growth(restarted, now, w, 32 * GiB)["lasting"] == pytest.approx(GiB / day,
                                                                            rel=0.01)
+    # A leak under the weekly pattern, read on Wednesday: the floor a day ago is
+    # Monday's climb back, so the rise is from Friday's floor, four and a half days
+    # old: the leak's rate, not four and a half times it (the promtool test reads the
+    # same from the rules).
+    wednesday = 9.5 * day
+    under = [(t, weekly(t) + t * GiB / 2 / day) for t in
+             (i * 300.0 for i in range(int(wednesday / 300) + 1))]
+    assert floor_rise(under, wednesday, w) == pytest.approx(GiB / 2, rel=0.03)
 
 
 def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() -> None:

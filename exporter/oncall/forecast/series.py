@@ -165,11 +165,13 @@ def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
     return lowest(points, start, end)
 
 
-def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | None:
-    """HIGHEST_FLOOR: the highest floor at the lasting evaluations from the floor memory
-    to an envelope window ago, of those read over most of a window (WHOLE_BASELINE: the
-    points cover ``floor_memory_min_cover`` of it past the warm-up; a surface that read
-    two days sees the floors of a day before the last; the rules, a week's)."""
+def highest_floor(points: Sequence[Point], now: float, w: Windows
+                  ) -> tuple[float, float] | None:
+    """HIGHEST_FLOOR and HIGHEST_FLOOR_SINCE: the highest floor at the lasting
+    evaluations from the floor memory to an envelope window ago, of those read over most
+    of a window (WHOLE_BASELINE: the points cover ``floor_memory_min_cover`` of it past
+    the warm-up; a surface that read two days sees the floors of a day before the last;
+    the rules, a week's), and the latest evaluation that read it."""
     if not points:
         return None
     window = w.baseline + w.hour  # a floor: the hourly minima over the envelope window
@@ -180,7 +182,7 @@ def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | No
     while t >= first - 1e-9:
         instants.append(t)
         t -= w.lasting_interval
-    best: float | None = None
+    best: tuple[float, float] | None = None
     lows: deque[Point] = deque()  # increasing values: the window's minimum first
     i = 0
     for t in reversed(instants):
@@ -191,8 +193,9 @@ def highest_floor(points: Sequence[Point], now: float, w: Windows) -> float | No
             i += 1
         while lows and lows[0][0] <= t - window:
             lows.popleft()
-        if lows and (best is None or lows[0][1] > best):
-            best = lows[0][1]
+        # The latest of equal floors, as the rule's time of the floor that entered.
+        if lows and (best is None or lows[0][1] >= best[0]):
+            best = (lows[0][1], t)
     return best
 
 
@@ -200,18 +203,23 @@ def floor_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
     """UNRECLAIMABLE_BASELINE_RISE: the floor's rise over the envelope window, from the
     higher of the floor a window ago and the week's highest floor where the peaks still
     reach it (HIGHEST_FLOOR: a weekly pattern's weekday floor comes back to last
-    week's); over the part of the earlier window lived, scaled to a window."""
+    week's; the rise from it spans its age, scaled to a window); over the part of the
+    earlier window lived, scaled to a window."""
     if not points:
         return None
     covered = _covered(points, now, w)
     if covered < w.min_cover:
         return None
     fa, fb = floor(points, now, w), floor(points, now, w, 1)
+    if fa is None or fb is None:
+        return None
     ea = envelope(points, now, w)
-    hf = highest_floor(points, now, w)
-    if fb is not None and hf is not None and ea is not None and fb < hf <= ea:
-        fb = hf
-    return None if fa is None or fb is None else (fa - fb) * w.baseline / covered
+    highest = highest_floor(points, now, w)
+    rise = fa - fb
+    if highest is not None and ea is not None and fb < highest[0] <= ea:
+        hf, since = highest
+        rise = (fa - hf) * w.baseline / max(now - since, w.baseline)
+    return rise * w.baseline / covered
 
 
 def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
