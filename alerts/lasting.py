@@ -384,39 +384,53 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     # comes back to last week's, no growth. That floor may be days old (a Friday's, read
     # on a Tuesday): the rise from it spans its age (HIGHEST_FLOOR_SINCE), scaled to a
     # window (weekly-leak seeds 2 and 4 read four days of a leak as one and paged 7-9 h
-    # early). A leak's floor rises above every floor before it (the one a window ago
-    # is the highest); after a restart the old floors are above the new peaks and the
-    # floor a window ago counts, and so after an OOM kill. From a young workload's part
-    # of the earlier window (``covered``): the rise spans that part, not a window, and is
-    # scaled to one (the envelope's rise spans a window either way: the peaks sit at
-    # the ends).
+    # early). Where a leak outran the weekend's drop, the floor a window ago (the
+    # weekend's) is itself the highest: the rise from a floor before the weekend's fall
+    # (FLOOR_RISE_PAST_FALL) is then the smaller. A leak's floor rises above every floor
+    # before it (the one a window ago is the highest) and never fell; after a restart
+    # the old floors are above the new peaks and the floor a window ago counts, and so
+    # after an OOM kill. From a young workload's part of the earlier window
+    # (``covered``): the rise spans that part, not a window, and is scaled to one (the
+    # envelope's rise spans a window either way: the peaks sit at the ends).
     floor_before = window_ago(q.UNRECLAIMABLE_BASELINE)
-    floor_rise = expr(
+    from_highest = expr(
         """
         (
+            ${floor}
+          - on ${g}
             (
-                ${floor}
-              - on ${g}
                 (
-                    (
-                        last_over_time(${hf}[${memory_hold}]) <= on ${g} ${env}
-                        unless on ${pod} max_over_time(${killed}[${memory}])
-                    )
-                  > on ${g}
-                    ${before}
+                    last_over_time(${hf}[${memory_hold}]) <= on ${g} ${env}
+                    unless on ${pod} max_over_time(${killed}[${memory}])
                 )
+              > on ${g}
+                ${before}
             )
-          * on ${g}
-            (${bw_s} / clamp_min(time() - last_over_time(${since}[${memory_hold}]), ${bw_s}))
-          or
-            ${floor} - ${before}
         )
-        * on ${g} (${bw_s} / (${covered}))
+        * on ${g}
+        (${bw_s} / clamp_min(time() - last_over_time(${since}[${memory_hold}]), ${bw_s}))
         """,
         floor=q.UNRECLAIMABLE_BASELINE, g=gb, hf=q.HIGHEST_FLOOR, memory_hold=memory_hold,
         env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED,
         memory=duration(config.floor_memory_s), before=floor_before, bw_s=bw_s,
-        since=q.HIGHEST_FLOOR_SINCE, covered=covered)
+        since=q.HIGHEST_FLOOR_SINCE)
+    floor_rise = expr(
+        """
+        min by ${g} (
+            label_replace(last_over_time(${past_fall}[${memory_hold}]), "from", "fall", "", "")
+          or
+            label_replace(
+                ${from_highest}
+              or
+                ${floor} - ${before},
+                "from", "day", "", ""
+            )
+        )
+        * on ${g} (${bw_s} / (${covered}))
+        """,
+        past_fall=q.FLOOR_RISE_PAST_FALL, memory_hold=memory_hold,
+        from_highest=indent(from_highest, 8), floor=q.UNRECLAIMABLE_BASELINE,
+        before=floor_before, g=gb, bw_s=bw_s, covered=covered)
     rules_: list[tuple[str, str]] = [
         *breakdown_rules(config),
         (q.HOURLY_MAX, f"max_over_time({q.UNRECLAIMABLE}[{hw}])"),
@@ -752,6 +766,54 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
     return recording_rules(rules_, q.LASTING_RECORDING_RULE_HELP)
 
 
+def _floor_rise_past_fall(config: Config) -> str:
+    """The floor now above each whole floor 2-6 windows ago (read at whole windows back,
+    as the lasting group recorded it) that a later whole floor fell below by the peaks'
+    margin, over its age: a weekly pattern's quiet days put a low floor a window ago
+    (Sunday's, read on a Tuesday morning), and where a leak outran the weekend's drop
+    that floor is also the week's highest, so the rise from it is a day's leak plus the
+    weekend's drop (weekly-leak seed 4 read 2.6 times its leak and paged 6 h early).
+    A floor no later one fell below (a leak's, a warm-up's) is not read: a leak younger
+    than those windows would read slower over them. Where the peaks now reach that floor
+    (a restart's old floors are above them) and no kill came since."""
+    g = by(*config.group_labels)
+    bw = config.baseline_window_s
+    hold = duration(config.lasting_hold_s)
+
+    def whole(k: int) -> str:
+        return f"last_over_time({q.WHOLE_BASELINE}[{hold}] offset {duration(k * bw)})"
+
+    def later(k: int) -> str:
+        # The lowest whole floor of the windows since.
+        if k == 2:
+            return whole(1)
+        return "min by {g} ({floors})".format(g=g, floors=" or ".join(
+            f'label_replace({whole(j)}, "windows", "{j}", "", "")' for j in range(1, k)))
+
+    parts = "\n  or\n".join(expr(
+        """
+        label_replace(
+            (last_over_time(${floor}[${hold}]) - on ${g} ${whole}) / ${k}
+            and on ${g}
+            (${whole} - on ${g} ${margin} * ${limit} > on ${g} ${later})
+            and on ${g}
+            (${whole} <= on ${g} last_over_time(${env}[${hold}])),
+            "windows", "${k}", "", ""
+        )""",
+        floor=q.UNRECLAIMABLE_BASELINE, hold=hold, g=g, whole=whole(k), k=k,
+        margin=config.fill_beyond_peaks_ratio, limit=q.LIMIT, later=later(k),
+        env=q.PEAK_ENVELOPE) for k in range(2, config.floor_memory_s // bw))
+    return expr(
+        """
+        min by ${g} (
+        ${parts}
+        )
+        unless on ${pod} max_over_time(${killed}[${memory}])
+        """,
+        g=g, parts=indent(parts, 2), pod=by(*config.pod_labels), killed=q.OOM_KILLED,
+        memory=duration(config.floor_memory_s))
+
+
 def floor_memory_recording_rules(config: Config) -> list[Rule]:
     """Evaluated every ``floor_memory_interval_s``: the highest floor and envelope of the
     floor memory before the last envelope window (a week of the lasting group's figures,
@@ -805,6 +867,7 @@ def floor_memory_recording_rules(config: Config) -> list[Rule]:
         (q.HIGHEST_FLOOR, f"max_over_time({q.WHOLE_BASELINE}[{duration(back)}]"
                           f" offset {bw})"),
         (q.HIGHEST_FLOOR_SINCE, since),
+        (q.FLOOR_RISE_PAST_FALL, _floor_rise_past_fall(config)),
         (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
                              f" offset {bw})"),
         (q.KIND_PEAK_GROWTH, _per_kind(config, peak_rise)),

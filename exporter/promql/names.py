@@ -92,6 +92,7 @@ TMPFS_PREDICTED = "headroom:tmpfs_used:predicted"  # per workload and mount
 # The floor memory group (evaluated every Config.floor_memory_interval_s).
 HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 HIGHEST_FLOOR_SINCE = "headroom:memory_unreclaimable:highest_floor_timestamp_seconds"
+FLOOR_RISE_PAST_FALL = "headroom:memory_unreclaimable:baseline_rise_past_fall"
 HIGHEST_ENVELOPE = "headroom:memory_peak_envelope:highest"
 KIND_PEAK_GROWTH = "headroom:memory_kind_peak_growth:rate"  # per workload and kind
 PROCESS_PEAK_GROWTH = "headroom:process_memory_peak_growth:rate"
@@ -199,7 +200,8 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     UNRECLAIMABLE_BASELINE_RISE: "the floor now minus the higher of the floor one window "
     "earlier and HIGHEST_FLOOR where the peaks still reach it and no kill came since "
     "(bytes per window: from HIGHEST_FLOOR, the rise over its age, HIGHEST_FLOOR_SINCE, "
-    "scaled to a window; from a workload younger than two windows, the rise over the part "
+    "scaled to a window; FLOOR_RISE_PAST_FALL where that is less; from a workload "
+    "younger than two windows, the rise over the part "
     "of the earlier window it lived, scaled to a window; none under "
     "Config.lasting_min_cover_s of it)",
     PEAK_ENVELOPE_RISE: "the envelope now minus the envelope one window earlier",
@@ -334,6 +336,11 @@ FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     "to a lasting interval): UNRECLAIMABLE_BASELINE_RISE from it spans that long, not a "
     "window. Where the floor memory holds no such time (its highest floor left it, or "
     "its history broke), its oldest: a floor memory ago",
+    FLOOR_RISE_PAST_FALL: "the floor now minus a whole floor 2-6 windows ago that a later "
+    "one fell below by the peaks' margin (a quiet day came after it) and the peaks now "
+    "reach, over its age, scaled to a window; the least of them, none where the pod was "
+    "OOM-killed since: after a weekend, the floor a window ago is the quiet day's, and "
+    "the rise is read from the days before it",
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "
     "floor memory before the last envelope window: peaks that rise two days running "
     "are lasting growth only above it (a weekly pattern's weekday peaks come back to it)",

@@ -18,6 +18,7 @@ from exporter.oncall.forecast.series import (
     above_pattern,
     envelope,
     floor_rise,
+    floor_rise_past_fall,
     greatest_recent_pattern_rise,
     growth,
     highest,
@@ -442,7 +443,35 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
     wednesday = 9.5 * day
     under = [(t, weekly(t) + t * GiB / 2 / day) for t in
              (i * 300.0 for i in range(int(wednesday / 300) + 1))]
-    assert floor_rise(under, wednesday, w) == pytest.approx(GiB / 2, rel=0.03)
+    assert floor_rise(under, wednesday, w, 32 * GiB) == pytest.approx(GiB / 2, rel=0.03)
+
+
+def test_a_leak_that_outran_the_weekend_is_read_from_the_floor_before_its_fall() -> None:
+    """FLOOR_RISE_PAST_FALL's mirror: weekdays at 24 GiB, a weekend at 16 GiB, back over
+    Monday, under a 3 GiB-a-day leak (a 128 GiB limit), read on Wednesday at noon. The
+    leak outran the weekend's drop: the floor a day ago (Monday's climb back, 42.0 GiB)
+    is above Friday's (35.9) and is the week's highest, so the rise from it is 7.3 GiB,
+    a day's leak and the rest of the weekend's drop. The whole floor five days ago
+    (34.4) is one a later floor fell below (31.0, as the weekend began): from it, over
+    five days, the leak's rate. Without the weekend the floors never fell: the rise is
+    the day's."""
+    w = fc.Windows.of()
+    day, leak, limit = 86400.0, 3 * GiB, 128 * GiB
+
+    def weekly(t: float) -> float:
+        d = t / day
+        level = 24 * GiB if d < 5 else 16 * GiB if d < 7 else 16 * GiB + 8 * GiB * min(
+            1.0, d - 7)
+        return level + leak * d
+
+    now = 9.5 * day
+    pts = [(t, weekly(t)) for t in (i * 300.0 for i in range(int(now / 300) + 1))]
+    assert floor_rise_past_fall(pts, now, w, limit) == pytest.approx(leak, rel=0.01)
+    assert floor_rise(pts, now, w, limit) == pytest.approx(leak, rel=0.01)
+    assert growth(pts, now, w, limit)["lasting"] == pytest.approx(leak / day, rel=0.01)
+    steady = [(t, 24 * GiB + leak * t / day) for t, _ in pts]
+    assert floor_rise_past_fall(steady, now, w, limit) is None
+    assert floor_rise(steady, now, w, limit) == pytest.approx(leak, rel=0.01)
 
 
 def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() -> None:

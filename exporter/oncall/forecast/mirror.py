@@ -146,7 +146,7 @@ def time_to_limit_by_horizon(limit: float, now_value: float, recent_peak: float,
         beyond = unread  # no envelope yet: every climb is beyond what was seen
     else:
         # The floor's rise (a day of points) is read once, and only where asked.
-        rise = functools.cache(lambda: floor_rise(points, now, w))
+        rise = functools.cache(lambda: floor_rise(points, now, w, limit))
         margin = w.beyond_ratio * limit
         crest = tooth_crest(points, now, w, limit)  # None unless the pattern has teeth
         before = envelope(points, now - w.release_window, w)  # a release window ago
@@ -356,7 +356,7 @@ def floor_rises(h: History, now: float, w: Windows) -> bool:
     leak), so what grows is not in its peaks alone."""
     if not h.unreclaimable or h.limit <= 0:
         return False
-    rise = floor_rise(h.unreclaimable, now, w)
+    rise = floor_rise(h.unreclaimable, now, w, h.limit)
     return rise is not None and rise > min_rise(w, h.limit)
 
 

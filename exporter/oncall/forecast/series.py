@@ -199,12 +199,42 @@ def highest_floor(points: Sequence[Point], now: float, w: Windows
     return best
 
 
-def floor_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
+def whole_floor(points: Sequence[Point], now: float, w: Windows, days_ago: int
+                ) -> float | None:
+    """WHOLE_BASELINE ``days_ago`` windows ago: the floor then, where the points cover
+    ``floor_memory_min_cover`` of its window past the warm-up."""
+    end = now - days_ago * w.baseline
+    if not points or points[0][0] + w.warm_up + w.hour + w.floor_memory_min_cover > end:
+        return None
+    return floor(points, now, w, days_ago)
+
+
+def floor_rise_past_fall(points: Sequence[Point], now: float, w: Windows, limit: float
+                         ) -> float | None:
+    """FLOOR_RISE_PAST_FALL: the floor now above each whole floor 2-6 windows ago that a
+    later whole floor fell below by the peaks' margin and the peaks now reach, over its
+    age, scaled to a window: the least."""
+    fa, ea = floor(points, now, w), envelope(points, now, w)
+    if fa is None or ea is None:
+        return None
+    floors = [whole_floor(points, now, w, k) for k in range(int(w.floor_memory // w.baseline))]
+    rises = []
+    for k in range(2, len(floors)):
+        fk = floors[k]
+        later = [f for f in floors[1:k] if f is not None]
+        if fk is not None and fk <= ea and later and fk - w.beyond_ratio * limit > min(later):
+            rises.append((fa - fk) / k)
+    return min(rises, default=None)
+
+
+def floor_rise(points: Sequence[Point], now: float, w: Windows, limit: float
+               ) -> float | None:
     """UNRECLAIMABLE_BASELINE_RISE: the floor's rise over the envelope window, from the
     higher of the floor a window ago and the week's highest floor where the peaks still
     reach it (HIGHEST_FLOOR: a weekly pattern's weekday floor comes back to last
-    week's; the rise from it spans its age, scaled to a window); over the part of the
-    earlier window lived, scaled to a window."""
+    week's; the rise from it spans its age, scaled to a window), or from a floor before
+    a fall (FLOOR_RISE_PAST_FALL) where that is less; over the part of the earlier window
+    lived, scaled to a window."""
     if not points:
         return None
     covered = _covered(points, now, w)
@@ -219,6 +249,9 @@ def floor_rise(points: Sequence[Point], now: float, w: Windows) -> float | None:
     if highest is not None and ea is not None and fb < highest[0] <= ea:
         hf, since = highest
         rise = (fa - hf) * w.baseline / max(now - since, w.baseline)
+    past_fall = floor_rise_past_fall(points, now, w, limit)
+    if past_fall is not None:
+        rise = min(rise, past_fall)
     return rise * w.baseline / covered
 
 
@@ -239,7 +272,7 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
         return None
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
     # The envelope's rise spans a window either way (the peaks sit at the windows' ends).
-    rises = [r for r in (floor_rise(points, now, w),
+    rises = [r for r in (floor_rise(points, now, w, limit),
                          None if ea is None or eb is None else ea - eb) if r is not None]
     minimum = min_rise(w, limit)
     if rises and min(rises) > minimum:
