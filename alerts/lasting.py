@@ -474,11 +474,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """,
             pod=pod, watcher=killed(exported(config, c.OOM_KILLS_TOTAL)),
             kernel=killed(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
-        # From the highest floor of the week before where the peaks still reach it: a
-        # weekly pattern's weekday floor comes back to last week's, no growth. A leak's
-        # floor rises above every floor before it (the one a window ago is the
-        # highest); after a restart the old floors are above the new peaks and the
-        # floor a window ago counts, as before, and so after an OOM kill.
+        # The floor's rise (``floor_rise`` above).
         (q.UNRECLAIMABLE_BASELINE_RISE, floor_rise),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, guard=f"and on {gb} ({covered})")),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),

@@ -777,13 +777,23 @@ def weekly_leak(rng: random.Random) -> Draw:
     (HIGHEST_ENVELOPE) now cap the ceiling where they stood above the day's a release
     window before.
 
-    Not held yet: seeds 2 and 4 (Thursday starts, killed on the second Tuesday, at 94 %
-    of the limit for half a day before) page 7 h 22 min and 9 h 22 min ahead, 3-5 h
-    before the class allows. After the first weekend the floor's rise is read from the
-    week's highest floor (HIGHEST_FLOOR, Friday's: a weekly pattern's weekday floor comes
-    back to it), which is days old, as one day's rise, and the envelope's from Sunday's:
-    the lasting rate reads 2-3 times the leak for a day and its time to limit falls
-    within the page's 2 h."""
+    Seeds 2 and 4 (Thursday starts, killed on the second Tuesday after half a day at
+    about 94 % of the limit) paged 7 h 22 min and 9 h 22 min ahead: after the first
+    weekend the floor's rise was read from the week's highest floor (Friday's, four days
+    old) as one day's rise. The rise from it now spans its age (HIGHEST_FLOOR_SINCE),
+    and where a leak outran the weekend's drop (the floor a day ago, the weekend's, is
+    itself the highest) it is also read from a floor before the weekend's fall
+    (FLOOR_RISE_PAST_FALL): seed 4's lasting rate reads 2.07 GB a day of a 2.05 GB leak
+    from six hours before its kill, where it read 6.4.
+
+    Not held yet: seeds 2 and 4 page 4 h 28 min and 6 h 26 min ahead (1 min and 1 h 52
+    min before the class allows). Seed 4's weekend drop is about two days of its leak:
+    for the half hour between the weekend's floor passing Friday's (it becomes the
+    highest, a day old) and Friday's becoming a floor a later one fell below by the
+    margin, neither reference holds, the lasting rate reads the weekend's return as
+    growth (5.4 GB a day) and the envelope comes within 3 h of the limit at it. A pod
+    younger than a week cannot tell a leak that outran its weekend from one that sped
+    up; a week-over-week rise needs more than a week of history."""
     step, pod = _step(rng, (60, 90, 120)), "weekly-leak-0"
     limit = rng.uniform(24, 64) * GiB
     amp, crest = rng.uniform(0.05, 0.15), rng.uniform(0.6, 0.7)
