@@ -474,7 +474,6 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             """,
             pod=pod, watcher=killed(exported(config, c.OOM_KILLS_TOTAL)),
             kernel=killed(exported(config, c.MEMORY_EVENTS_TOTAL, event=c.EVENT_OOM_KILL)))),
-        # The floor's rise (``floor_rise`` above).
         (q.UNRECLAIMABLE_BASELINE_RISE, floor_rise),
         (q.PEAK_ENVELOPE_RISE, rise(q.PEAK_ENVELOPE, guard=f"and on {gb} ({covered})")),
         (q.HOURLY_RANGE, f"{q.HOURLY_MAX} - {q.HOURLY_MIN}"),
