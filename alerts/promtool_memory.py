@@ -495,24 +495,33 @@ def weekly_pattern(cfg: Config) -> Test:
     and tickets. A third pod leaks 0.5 GiB a day under the same pattern: on Wednesday
     its floor's rise is read from Friday's floor (the highest of the week, the floor a
     day ago is Monday's climb back), over the four and a half days since
-    (``HIGHEST_FLOOR_SINCE``): its rate, not four and a half times it."""
+    (``HIGHEST_FLOOR_SINCE``): its rate, not four and a half times it. A fourth leaks 3
+    GiB a day under a 128 GiB limit and outran the weekend's drop: on Wednesday the floor
+    a day ago (Monday's climb back) is the week's highest, and the rise from it is a
+    day's leak and the rest of the drop; the whole floor five days ago is one a later
+    floor fell below (``FLOOR_RISE_PAST_FALL``), and from it the rise is the leak's."""
     weekday, weekend, limit, leak = 24 * GiB, 16 * GiB, 32 * GiB, GiB // 2
     per_day = DAY // LONG_STEP
     n = 10 * per_day
     figure = f"{steps((weekday, 5 * per_day), (weekend, 2 * per_day))} " \
              f"{linear(weekend, round((weekday - weekend) / per_day), per_day)} " \
              f"{steps((weekday, 2 * per_day))}"
-    step = round(leak / per_day)
-    leaking = " ".join((
-        linear(weekday, step, 5 * per_day),
-        linear(weekend + 5 * per_day * step, step, 2 * per_day),
-        linear(weekend + 7 * per_day * step, round((weekday - weekend) / per_day) + step,
-               per_day),
-        linear(weekday + 8 * per_day * step, step, 2 * per_day)))
+    fast, big = 3 * GiB, 128 * GiB
+
+    def leaking(per_day_leak: int) -> str:
+        step = round(per_day_leak / per_day)
+        return " ".join((
+            linear(weekday, step, 5 * per_day),
+            linear(weekend + 5 * per_day * step, step, 2 * per_day),
+            linear(weekend + 7 * per_day * step, round((weekday - weekend) / per_day) + step,
+                   per_day),
+            linear(weekday + 8 * per_day * step, step, 2 * per_day)))
+
     kill_at = 5 * per_day
     inputs = [series("up", f"1x{n - 1}")]
-    for pod, memory in (("w", figure), ("k", figure), ("l", leaking)):
-        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{limit}x{n - 1}", **workload(pod)),
+    for pod, memory, pod_limit in (("w", figure, limit), ("k", figure, limit),
+                                   ("l", leaking(leak), limit), ("f", leaking(fast), big)):
+        inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{pod_limit}x{n - 1}", **workload(pod)),
                    series(c.MEMORY_UNRECLAIMABLE_BYTES.name, memory, **workload(pod))]
     inputs.append(series(c.MEMORY_EVENTS_TOTAL.name, steps((0, kill_at), (1, n - kill_at)),
                          **workload("k"), event=c.EVENT_OOM_KILL))
@@ -533,6 +542,9 @@ def weekly_pattern(cfg: Config) -> Test:
              "exp_samples": [{"labels": '{pod="k"}', "value": 1}]},
             {"expr": f'count({q.UNRECLAIMABLE_BASELINE_RISE}{{pod="l"}}'
                      f' > {0.9 * leak} < {1.1 * leak})',
+             "eval_time": dur(tuesday + DAY), "exp_samples": [{"labels": "{}", "value": 1}]},
+            {"expr": f'count({q.UNRECLAIMABLE_BASELINE_RISE}{{pod="f"}}'
+                     f' > {0.9 * fast} < {1.1 * fast})',
              "eval_time": dur(tuesday + DAY), "exp_samples": [{"labels": "{}", "value": 1}]},
         ],
     }
