@@ -217,11 +217,12 @@ def floor_rise_past_fall(points: Sequence[Point], now: float, w: Windows, limit:
     fa, ea = floor(points, now, w), envelope(points, now, w)
     if fa is None or ea is None:
         return None
-    floors = [whole_floor(points, now, w, k) for k in range(int(w.floor_memory // w.baseline))]
+    days = int(w.floor_memory // w.baseline)
+    floors = {k: whole_floor(points, now, w, k) for k in range(1, days)}
     rises = []
-    for k in range(2, len(floors)):
+    for k in range(2, days):
         fk = floors[k]
-        later = [f for f in floors[1:k] if f is not None]
+        later = [f for j in range(1, k) if (f := floors[j]) is not None]
         if fk is not None and fk <= ea and later and fk - w.beyond_ratio * limit > min(later):
             rises.append((fa - fk) / k)
     return min(rises, default=None)
