@@ -793,7 +793,9 @@ def weekly_leak(rng: random.Random) -> Draw:
     margin, neither reference holds, the lasting rate reads the weekend's return as
     growth (5.4 GB a day) and the envelope comes within 3 h of the limit at it. A pod
     younger than a week cannot tell a leak that outran its weekend from one that sped
-    up; a week-over-week rise needs more than a week of history."""
+    up; a week-over-week rise needs more than a week of history. Seed 6 (a Monday start,
+    5.6 % a day) notifies its ticket 4 times, at most 3 allowed, at session 56's rules
+    too: not probed yet."""
     step, pod = _step(rng, (60, 90, 120)), "weekly-leak-0"
     limit = rng.uniform(24, 64) * GiB
     amp, crest = rng.uniform(0.05, 0.15), rng.uniform(0.6, 0.7)
