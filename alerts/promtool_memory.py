@@ -503,12 +503,10 @@ def weekly_pattern(cfg: Config) -> Test:
     weekday, weekend, limit, leak = 24 * GiB, 16 * GiB, 32 * GiB, GiB // 2
     per_day = DAY // LONG_STEP
     n = 10 * per_day
-    figure = f"{steps((weekday, 5 * per_day), (weekend, 2 * per_day))} " \
-             f"{linear(weekend, round((weekday - weekend) / per_day), per_day)} " \
-             f"{steps((weekday, 2 * per_day))}"
     fast, big = 3 * GiB, 128 * GiB
 
     def leaking(per_day_leak: int) -> str:
+        # The weekly pattern with a leak over it (none: the pattern alone).
         step = round(per_day_leak / per_day)
         return " ".join((
             linear(weekday, step, 5 * per_day),
@@ -519,7 +517,7 @@ def weekly_pattern(cfg: Config) -> Test:
 
     kill_at = 5 * per_day
     inputs = [series("up", f"1x{n - 1}")]
-    for pod, memory, pod_limit in (("w", figure, limit), ("k", figure, limit),
+    for pod, memory, pod_limit in (("w", leaking(0), limit), ("k", leaking(0), limit),
                                    ("l", leaking(leak), limit), ("f", leaking(fast), big)):
         inputs += [series(c.MEMORY_LIMIT_BYTES.name, f"{pod_limit}x{n - 1}", **workload(pod)),
                    series(c.MEMORY_UNRECLAIMABLE_BYTES.name, memory, **workload(pod))]
