@@ -38,7 +38,8 @@ def _header(config: Config) -> str:
         "                  lasting horizon) / growth; the soonest horizon binds.",
         "  Only bytes are windowed: a resized limit changes every forecast at once.",
         f"  Ticket: lasting time to limit < {duration(config.fill_warning_horizon_s)} "
-        f"(clears above {duration(config.fill_warning_clear_horizon_s)}).",
+        f"(clears above {duration(config.fill_warning_clear_horizon_s)} held "
+        f"{duration(config.fill_warning_clear_hold_s)}, at once on a raise).",
         f"  Page: short/medium < {duration(config.fill_critical_horizon_s)} beyond the "
         "peaks' envelope and its trend, or",
         f"        lasting < {duration(config.fill_lasting_page_horizon_s)}, or lasting < "

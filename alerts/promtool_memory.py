@@ -219,6 +219,56 @@ def filling_up_warning(cfg: Config) -> Test:
     }
 
 
+def filling_up_warning_clears(cfg: Config) -> Test:
+    # The leak of filling_up_warning, ticketed; an hour later one pod's leak is released
+    # (5 GiB freed, flat after) and the other's limit is raised to 1 TiB. The released
+    # pod's lasting forecast stops reading within the hour: its ticket clears only once
+    # nothing has read below the clear level for the clear hold. The raised pod's ticket
+    # clears at once (its keep_firing_for): a new limit is a new forecast, not noise.
+    rate = per_second(2 * GiB)
+    start = 10 * GiB
+    on = 2 * DAY + 2 * HOUR
+    released = on + HOUR
+    total = released + cfg.fill_warning_clear_hold_s + 2 * HOUR
+    limit_after = start + rate * (on + 8 * HOUR)
+    n_on, n_rel = on // LONG_STEP, released // LONG_STEP
+    n = total // LONG_STEP + 1
+    kept = start + rate * LONG_STEP * (n_rel - 1) - 5 * GiB
+    ticket = ('count by (pod) (ALERTS{alertstate="firing", '
+              'alertname="HeadroomMemoryFillingUp", severity="warning"})')
+
+    def firing(at: int, *pods: str) -> Test:
+        return {"expr": ticket, "eval_time": dur(at),
+                "exp_samples": [{"labels": f'{{pod="{p}"}}', "value": 1} for p in pods]}
+
+    return {
+        "name": "HeadroomMemoryFillingUp warning: clears after its clear hold, at once on a "
+                "limit raise",
+        "interval": dur(LONG_STEP),
+        "input_series": [
+            series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on), (limit_after, n - n_on)),
+                   **workload("released")),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name,
+                   f"{linear(start, rate * LONG_STEP, n_rel)} {steps((kept, n - n_rel))}",
+                   **workload("released")),
+            series(c.MEMORY_LIMIT_BYTES.name,
+                   steps((100 * GiB, n_on), (limit_after, n_rel - n_on), (1024 * GiB, n - n_rel)),
+                   **workload("raised")),
+            series(c.MEMORY_UNRECLAIMABLE_BYTES.name, linear(start, rate * LONG_STEP, n),
+                   **workload("raised")),
+            series("up", f"1x{n}"),
+        ],
+        "promql_expr_test": [
+            firing(released - LONG_STEP, "raised", "released"),
+            # The raise: a new forecast at once (keep_firing_for, then one evaluation).
+            firing(released + 25 * MINUTE, "released"),
+            # Within the hold of the release's last reading: still on.
+            firing(released + cfg.fill_warning_clear_hold_s, "released"),
+            firing(total),
+        ],
+    }
+
+
 def teeth(cfg: Config) -> Test:
     # Under a 32 GiB limit, 8 GiB every 4 h: pod t fills for 3 h 55 min and is flushed at
     # once (six sharp releases a day: teeth); pod s climbs for 2 h and falls for 2 h (a

@@ -28,6 +28,7 @@ from .promtool_memory import (
     filling_up_noise_band,
     filling_up_to_the_band,
     filling_up_warning,
+    filling_up_warning_clears,
     growing_batch,
     hidden,
     near_limit,
@@ -76,7 +77,8 @@ def long_unit_tests(cfg: Config = DEFAULT) -> dict[str, Any]:
         "rule_files": [RULE_FILE],
         "evaluation_interval": dur(LONG_STEP),
         "group_eval_order": group_order(cfg),
-        "tests": [f(cfg) for f in (filling_up_warning, filling_up_noise_band, hidden,
+        "tests": [f(cfg) for f in (filling_up_warning, filling_up_warning_clears,
+                                   filling_up_noise_band, hidden,
                                    weekly_pattern, growing_batch, teeth)],
     }
 

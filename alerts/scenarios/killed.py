@@ -793,9 +793,15 @@ def weekly_leak(rng: random.Random) -> Draw:
     margin, neither reference holds, the lasting rate reads the weekend's return as
     growth (5.4 GB a day) and the envelope comes within 3 h of the limit at it. A pod
     younger than a week cannot tell a leak that outran its weekend from one that sped
-    up; a week-over-week rise needs more than a week of history. Seed 6 (a Monday start,
-    5.6 % a day) notifies its ticket 4 times, at most 3 allowed, at session 56's rules
-    too: not probed yet."""
+    up; a week-over-week rise needs more than a week of history.
+
+    Seed 6 (a Monday start, 5.6 % a day) notified its ticket 4 times, at most 3 allowed:
+    on its first day, on Thursday, on Saturday morning and four hours before the kill.
+    As Saturday's fall reached the floor a day ago, the floor's rise passed from the
+    leak's 2 GB a day down through 0.1-0.5 GB (the lasting forecast read 8 days) before
+    the peaks' rise took over at 2 GB, and the ticket cleared for those 80 minutes. The
+    ticket now clears only once the lasting forecast has read beyond its clear level, or
+    nothing, for two hours (at once on a raised limit)."""
     step, pod = _step(rng, (60, 90, 120)), "weekly-leak-0"
     limit = rng.uniform(24, 64) * GiB
     amp, crest = rng.uniform(0.05, 0.15), rng.uniform(0.6, 0.7)

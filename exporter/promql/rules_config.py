@@ -154,9 +154,14 @@ class Config:
 
     # --- HeadroomMemoryFillingUp ------------------------------------------------------
     # Ticket (warning): the lasting horizon forecasts the limit within the horizon; it
-    # clears only beyond the clear horizon (hysteresis).
+    # clears only beyond the clear horizon (hysteresis), and only once the lasting
+    # forecast has read beyond it (or nothing) for the clear hold, unless the limit
+    # changed: the lasting rate passes through low readings for an hour or so while the
+    # floor's rise hands over to the peaks' (a weekend's fall), and a ticket days ahead
+    # loses nothing by clearing two hours late.
     fill_warning_horizon_s: int = 3 * DAY
     fill_warning_clear_horizon_s: int = 4 * DAY
+    fill_warning_clear_hold_s: int = 2 * HOUR
     fill_warning_for_s: int = 30 * MINUTE
     # Page (critical): the short or medium horizon forecasts the limit within the
     # critical horizon, confirmed by the envelope of the peaks (the climb goes beyond what
