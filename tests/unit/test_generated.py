@@ -119,8 +119,7 @@ DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.
 # scrapes (late-leak 26: 11,300 steps), or seven days of 60-s or 120-s scrapes
 # (weekly-leak 3: 10,600 steps; weekly-leak 6: 5,300): marked replay_long, left out
 # of .ci/run's replay tier to keep it within its 15 minutes, as the described cases of
-# days are
-# (test_scenarios.py); `pytest -m replay_long` runs them, and every sweep
+# days are (test_scenarios.py); `pytest -m replay_long` runs them, and every sweep
 # (scripts/replay_draws.py) draws their class.
 LONG = {("leak-restarted", 15, 0), ("leak-restarted", 25, 1), ("late-leak", 26, 2),
         ("weekly-leak", 3, 0), ("weekly-leak", 6, 0)}
