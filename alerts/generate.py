@@ -39,7 +39,7 @@ def _header(config: Config) -> str:
         "  Only bytes are windowed: a resized limit changes every forecast at once.",
         f"  Ticket: lasting time to limit < {duration(config.fill_warning_horizon_s)} "
         f"(clears above {duration(config.fill_warning_clear_horizon_s)} held "
-        f"{duration(config.fill_warning_clear_hold_s)}, at once on a raise).",
+        f"{duration(config.fill_warning_clear_hold_s)}, at once on a raise or a fall).",
         f"  Page: short/medium < {duration(config.fill_critical_horizon_s)} beyond the "
         "peaks' envelope and its trend, or",
         f"        lasting < {duration(config.fill_lasting_page_horizon_s)}, or lasting < "

@@ -560,6 +560,36 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         (q.WORKING_SET_BASELINE, f"min_over_time({q.WORKING_SET_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE, f"min_over_time({q.HIDDEN_HOURLY_MIN}[{bw}])"),
         (q.HIDDEN_BASELINE_RISE, rise(q.HIDDEN_BASELINE)),
+        # A fall below the floor (a leak fixed in place, a restart without a kill): the
+        # floor as it stood before (the highest of two windows: a fall only lowers it),
+        # where all of the last window is below it by the pattern's swing; held while
+        # the memory stays below it and the envelope still holds a peak above it. Not
+        # after an OOM kill (the floors before a kill are read as such: HIGHEST_FLOOR,
+        # FLOOR_RISE_PAST_FALL).
+        (q.FALLEN_FLOOR, expr(
+            """
+            (
+                (
+                    max_over_time(${floor}[${fw2}])
+                  > on ${g}
+                    max_over_time(${u}[${fw}]) + on ${g} ${r} * ${limit}
+                )
+              or on ${g}
+                (
+                    last_over_time(${fallen}[${hold}])
+                  > on ${g}
+                    max_over_time(${u}[${fw}]) + on ${g} ${r} * ${limit}
+                  < on ${g}
+                    ${env}
+                )
+            )
+            unless on ${pod} max_over_time(${killed}[${bw}])
+            """,
+            floor=q.UNRECLAIMABLE_BASELINE, hold=duration(config.lasting_hold_s),
+            fw=duration(config.fallen_floor_window_s),
+            fw2=duration(2 * config.fallen_floor_window_s), g=gb, u=q.UNRECLAIMABLE,
+            r=config.pattern_swing_ratio, limit=q.LIMIT, fallen=q.FALLEN_FLOOR,
+            env=q.PEAK_ENVELOPE, pod=pod, killed=q.OOM_KILLED, bw=bw)),
         # Lasting: both the floor and the envelope of the peaks rose (the smaller rise),
         # by more than noise: a daily swing, a sawtooth or a warm-up (the floor rose, the
         # peaks did not) is no lasting growth. Or the peaks alone rose, a window running
@@ -567,7 +597,8 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # before by half that rise: what kills a batch or a swing that grows while its
         # floor stays is its peaks. One high day (a burst) rises once; a weekly pattern's
         # weekday peaks come back to last week's (HIGHEST_ENVELOPE), within its noise
-        # of them, after rising a weekend's drop.
+        # of them, after rising a weekend's drop. None while the memory is below a fallen
+        # floor.
         (q.GROWTH + "\tlasting", expr(
             """
             (
@@ -588,13 +619,15 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 )
             )
             / ${bw_s}
+            unless on ${g}
+            ${fallen}
             """,
             floor=q.UNRECLAIMABLE_BASELINE_RISE, env=q.PEAK_ENVELOPE_RISE, g=gb,
             minimum=min_rise(config),
             peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
             hold=memory_hold,
-            bw_s=bw_s)),
+            bw_s=bw_s, fallen=q.FALLEN_FLOOR)),
         # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
         (q.PEAK_CARRIED, carried),
         # The daily pattern's lift: a period of lasting growth, or what the recent hours

@@ -68,10 +68,11 @@ def filling_up_warning(config: Config) -> Rule:
     clear_s, hold = config.fill_warning_clear_horizon_s, duration(config.fill_warning_clear_hold_s)
     g = by(*config.group_labels)
     # The clear level, or a reading below it within the hold unless the limit rose since
-    # (readings before a cut had more headroom: they cannot hold it on).
+    # (readings before a cut had more headroom: they cannot hold it on) or the floor
+    # fell (FALLEN_FLOOR: a leak fixed in place): a new forecast, not a wobble.
     held = (f'min by {g} (min_over_time({q.TIME_TO_LIMIT_BY_HORIZON}{{horizon="lasting"}}'
             f'[{hold}])) < {clear_s}\nunless on {g}\n'
-            f'{q.LIMIT} > min_over_time({q.LIMIT}[{hold}])')
+            f'({q.LIMIT} > min_over_time({q.LIMIT}[{hold}]) or {q.FALLEN_FLOOR})')
     condition = hysteresis(config, name, "warning", binding(config, cond(
         config.fill_warning_horizon_s)), binding(config, f"(\n  {cond(clear_s)}\nor\n  "
                                                          f"{indent(held, 2)}\n)"))

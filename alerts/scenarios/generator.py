@@ -70,6 +70,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "weekly-leak": killed.weekly_leak,
     "mode-switch": healthy.mode_switch,
     "daily-flush": healthy.daily_flush,
+    "leak-fixed": healthy.leak_fixed,
 }
 
 
@@ -112,6 +113,7 @@ PROPERTIES: dict[str, str] = {
     "weekly-leak": "a-leak-under-a-weekly-pattern-pages-ahead",
     "mode-switch": "silent-on-two-working-sets-once-known",
     "daily-flush": "silent-on-a-cache-flushed-about-daily",
+    "leak-fixed": "clears-within-the-hour-of-a-fix-in-place",
 }
 
 

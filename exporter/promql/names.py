@@ -52,6 +52,7 @@ WORKING_SET_HOURLY_MIN = "headroom:memory_working_set:hourly_min"
 HIDDEN_HOURLY_MIN = "headroom:memory_hidden:hourly_min"
 UNRECLAIMABLE_BASELINE = "headroom:memory_unreclaimable:baseline"
 WHOLE_BASELINE = "headroom:memory_unreclaimable:whole_baseline"
+FALLEN_FLOOR = "headroom:memory_unreclaimable:fallen_floor"
 UNRECLAIMABLE_BASELINE_RISE = "headroom:memory_unreclaimable:baseline_rise"
 PEAK_ENVELOPE = "headroom:memory_peak_envelope:bytes"
 PEAK_LEVEL = "headroom:memory_peak_level:bytes"
@@ -268,6 +269,12 @@ LASTING_RECORDING_RULE_HELP: dict[str, str] = {
     "unreclaimable memory squeezes page cache out",
     HIDDEN_BASELINE: "lowest hidden memory over the envelope window",
     HIDDEN_BASELINE_RISE: "growth of the hidden memory's floor over one window",
+    FALLEN_FLOOR: "the floor (UNRECLAIMABLE_BASELINE) as it stood an hour before the "
+    "memory fell below it by the pattern's swing for a whole hour (a leak fixed in "
+    "place, a restart without a kill, a weekend's first quiet day), held while the "
+    "memory stays below it and the envelope still holds a peak above it (a window at "
+    "most), none after an OOM kill: the envelope and the floor read before the fall "
+    "are no pattern to come back to, and no lasting growth is read meanwhile",
     PEAK_CARRIED: "where the tallest peak of the envelope window stands now if it recurs: "
     "the envelope plus an hour of the lasting trend (its youngest peak is that old) and, "
     "where the pattern has teeth (TEETH), each older part of the window (a quarter) its "

@@ -208,6 +208,12 @@ class Config:
     # A release within this window makes a climb above the peaks the next tooth until
     # it goes beyond the envelope's own rise over the window.
     release_window_s: int = 6 * HOUR
+    # A fall below the floor: the memory of this window, all of it below the floor as
+    # it stood before by pattern_swing_ratio of the limit (a leak fixed in place, a
+    # restart without a kill). What the floor and the envelope read before it is no
+    # pattern to come back to: no lasting growth is read until the memory climbs back
+    # to that floor or the envelope has left it (FALLEN_FLOOR).
+    fallen_floor_window_s: int = 30 * MINUTE
     # ...and, after a release over a floor known not to rise, beyond this share of the
     # teeth's height (the envelope less the floor and the window's lasting trend) where
     # that is more than the peaks' margin: teeth of irregular height (a cache flushed on

@@ -17,6 +17,7 @@ from exporter.oncall.forecast.mirror import pattern_time_to_limit
 from exporter.oncall.forecast.series import (
     above_pattern,
     envelope,
+    fallen_floor,
     floor_rise,
     floor_rise_past_fall,
     greatest_recent_pattern_rise,
@@ -472,6 +473,46 @@ def test_a_leak_that_outran_the_weekend_is_read_from_the_floor_before_its_fall()
     steady = [(t, 24 * GiB + leak * t / day) for t, _ in pts]
     assert floor_rise_past_fall(steady, now, w, limit) is None
     assert floor_rise(steady, now, w, limit) == pytest.approx(leak, rel=0.01)
+
+
+def test_a_leak_fixed_in_place_reads_no_lasting_growth_until_the_peaks_before_it_leave(
+) -> None:
+    """FALLEN_FLOOR's mirror: a 2 GiB-a-day leak from 10 GiB under a daily swing of
+    2 GiB (a 24 GiB limit), fixed in place after three days (back to 10 GiB, the swing
+    goes on). Half an hour after the fix the memory has been below the floor before it
+    (14 GiB, the day's trough) by more than the pattern's swing (1.2 GiB): that floor
+    is held, and no lasting growth is read, though the envelope still holds the day's
+    peaks and its rise (the rules before read the peaks' rise, 2 GiB a day, and paged
+    on a pod back at half its limit). Once the envelope no longer holds a peak above
+    that floor (a day on), it is not held. The leak unfixed has no fallen floor, and
+    the troughs of the swing are no fall."""
+    w = fc.Windows.of()
+    day, limit, fixed = 86400.0, 24 * GiB, 3 * 86400.0
+
+    def swing(t: float) -> float:
+        return GiB * (1 - math.cos(2 * math.pi * t / day))
+
+    def leak(t: float) -> float:
+        return 10 * GiB + 2 * GiB * t / day + swing(t)
+
+    def fixed_leak(t: float) -> float:
+        return leak(t) if t < fixed else 10 * GiB + swing(t)
+
+    def points(f: Callable[[float], float], now: float) -> list[tuple[float, float]]:
+        return [(t, f(t)) for t in (i * 300.0 for i in range(int(now / 300) + 1))]
+
+    before = points(fixed_leak, fixed - 300)
+    assert fallen_floor(before, fixed - 300, w, limit) is None
+    assert growth(before, fixed - 300, w, limit)["lasting"] == pytest.approx(
+        2 * GiB / day, rel=0.05)
+    for now in (fixed + 3600, fixed + 12 * 3600):
+        pts = points(fixed_leak, now)
+        assert fallen_floor(pts, now, w, limit) == pytest.approx(14 * GiB, rel=0.02)
+        assert "lasting" not in growth(pts, now, w, limit)
+    later = fixed + day + 3 * 3600
+    assert fallen_floor(points(fixed_leak, later), later, w, limit) is None
+    for now in (fixed + 3600, fixed + 12 * 3600):
+        assert fallen_floor(points(leak, now), now, w, limit) is None
 
 
 def test_a_nightly_batch_whose_peaks_grow_over_a_flat_floor_is_lasting_growth() -> None:

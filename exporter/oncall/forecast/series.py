@@ -44,6 +44,7 @@ class Windows:
     swing_ratio: float = 0.05  # a release or a quiet hour: this much of the limit
     unknown_ratio: float = 0.92  # an unknown pattern's climb counts above this
     release_window: float = 6 * 3600.0  # a release this recent makes a climb a tooth
+    fallen_floor: float = 1800.0  # all of this window below the floor by the swing: a fall
     teeth_share: float = 0.3  # ...while within this share of the teeth's height
     # ...over a rising floor too where this many sharp releases (a fall of the swing
     # within sharp_release) came over the envelope window: teeth, not a daily swing.
@@ -79,6 +80,7 @@ class Windows:
                    swing_ratio=config.pattern_swing_ratio,
                    unknown_ratio=config.fill_unknown_pattern_ratio,
                    release_window=config.release_window_s,
+                   fallen_floor=config.fallen_floor_window_s,
                    teeth_share=config.fill_beyond_teeth_share,
                    teeth_min_releases=config.teeth_min_releases,
                    teeth_beyond_spreads=config.teeth_beyond_spreads,
@@ -263,13 +265,45 @@ def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
                    now - w.baseline - w.hour)
 
 
+def fallen_floor(points: Sequence[Point], now: float, w: Windows, limit: float
+                 ) -> float | None:
+    """FALLEN_FLOOR: the floor as it stood before a window of the memory all below it by
+    the pattern's swing (a leak fixed in place), held at each lasting evaluation since
+    while the memory stays below it and the envelope still holds a peak above it. (The
+    rules also drop it after an OOM kill, which the points do not say.)"""
+    margin = w.swing_ratio * limit
+    recent = highest(points, now - w.fallen_floor, now)
+    peaks = envelope(points, now, w)
+    if recent is None or peaks is None or recent + margin >= peaks:
+        return None  # the memory is up at its peaks: no fall, nor one held
+    held: float | None = None
+    floors: deque[float | None] = deque(maxlen=int(2 * w.fallen_floor // w.lasting_interval))
+    t = now - w.baseline - w.hour  # a hold lasts while the envelope holds a peak from before
+    while t <= now + 1e-9:
+        floors.append(floor(points, t, w))
+        last = highest(points, t - w.fallen_floor, t)
+        # The floor as it stood before: the highest of two windows (a fall only lowers it).
+        before = max((f for f in floors if f is not None), default=None)
+        top = envelope(points, t, w)
+        if last is not None and before is not None and before > last + margin:
+            held = before
+        elif not (held is not None and last is not None and top is not None
+                  and last + margin < held < top):
+            held = None
+        t += w.lasting_interval
+    return held
+
+
 def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> float | None:
     """The days-scale rise: the floor and the envelope of the peaks must both rise day
     over day (the smaller rise counts), by more than the rules' minimum. A daily swing
     moves neither, a leak under it moves both; a sawtooth keeps both; one climb into a
     kill, or a warm-up, moves only one. Or the peaks alone rose two days running above
-    every peak before them: a nightly batch that grows."""
+    every peak before them: a nightly batch that grows. None below a fallen floor (a
+    leak fixed in place: what the day before it read is no pattern to come back to)."""
     if not points or _covered(points, now, w) < w.min_cover:
+        return None
+    if fallen_floor(points, now, w, limit) is not None:
         return None
     ea, eb = envelope(points, now, w), envelope(points, now, w, 1)
     # The envelope's rise spans a window either way (the peaks sit at the windows' ends).
