@@ -265,6 +265,27 @@ def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
                    now - w.baseline - w.hour)
 
 
+class _Sliding:
+    """The lowest (or highest) figure over (start, end] as both edges only move forward:
+    a monotonic deque, each point pushed and popped once over a walk of evaluations."""
+
+    def __init__(self, points: Sequence[Point], lowest: bool) -> None:
+        self.points, self.lowest, self.i = points, lowest, 0
+        self.kept: deque[Point] = deque()
+
+    def over(self, start: float, end: float) -> float | None:
+        while self.i < len(self.points) and self.points[self.i][0] <= end:
+            p = self.points[self.i]
+            while self.kept and (self.kept[-1][1] >= p[1] if self.lowest
+                                 else self.kept[-1][1] <= p[1]):
+                self.kept.pop()
+            self.kept.append(p)
+            self.i += 1
+        while self.kept and self.kept[0][0] <= start:
+            self.kept.popleft()
+        return self.kept[0][1] if self.kept else None
+
+
 def fallen_floor(points: Sequence[Point], now: float, w: Windows, limit: float
                  ) -> float | None:
     """FALLEN_FLOOR: the floor as it stood before a window of the memory all below it by
@@ -278,13 +299,18 @@ def fallen_floor(points: Sequence[Point], now: float, w: Windows, limit: float
         return None  # the memory is up at its peaks: no fall, nor one held
     held: float | None = None
     floors: deque[float | None] = deque(maxlen=int(2 * w.fallen_floor // w.lasting_interval))
+    # floor(), highest() and envelope() at each evaluation of the walk, each window
+    # slid forward rather than scanned again (top calls this for every row it shows).
+    settled = points[0][0] + w.warm_up - 1e-9
+    lows, lasts, tops = (_Sliding(points, True), _Sliding(points, False),
+                         _Sliding(points, False))
     t = now - w.baseline - w.hour  # a hold lasts while the envelope holds a peak from before
     while t <= now + 1e-9:
-        floors.append(floor(points, t, w))
-        last = highest(points, t - w.fallen_floor, t)
+        floors.append(lows.over(max(t - w.baseline - w.hour, settled), t))
+        last = lasts.over(t - w.fallen_floor, t)
         # The floor as it stood before: the highest of two windows (a fall only lowers it).
         before = max((f for f in floors if f is not None), default=None)
-        top = envelope(points, t, w)
+        top = tops.over(t - w.baseline - 2 * w.hour, t - w.hour)
         if last is not None and before is not None and before > last + margin:
             held = before
         elif not (held is not None and last is not None and top is not None
