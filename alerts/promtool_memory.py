@@ -249,8 +249,9 @@ def filling_up_warning_clears(cfg: Config) -> Test:
                 "exp_samples": [{"labels": "{}", "value": 1}] if present else []}
 
     return {
-        "name": "HeadroomMemoryFillingUp warning: clears after its clear hold, at once on a "
-                "limit raise; a leak fixed in place reads no lasting growth",
+        "name": "HeadroomMemoryFillingUp warning: clears at once, without its clear hold, on "
+                "a limit raise or a fall below the floor; a leak fixed in place reads no "
+                "lasting growth",
         "interval": dur(LONG_STEP),
         "input_series": [
             series(c.MEMORY_LIMIT_BYTES.name, steps((100 * GiB, n_on), (limit_after, n - n_on)),
