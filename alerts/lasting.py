@@ -597,8 +597,12 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # before by half that rise: what kills a batch or a swing that grows while its
         # floor stays is its peaks. One high day (a burst) rises once; a weekly pattern's
         # weekday peaks come back to last week's (HIGHEST_ENVELOPE), within its noise
-        # of them, after rising a weekend's drop. None while the memory is below a fallen
-        # floor.
+        # of them, after rising a weekend's drop. Where the peaks rose above last week's
+        # highest less over its age (HIGHEST_ENVELOPE_SINCE), that rise: a leak under a
+        # weekly pattern, read on a Tuesday, rose from Friday's peaks at its own rate, not
+        # the weekend's return (the weekly pattern's leaking pod ticketed on a Tuesday
+        # morning at 28 h to its limit, a week before it). None while the memory is below
+        # a fallen floor.
         (q.GROWTH + "\tlasting", expr(
             """
             (
@@ -609,7 +613,16 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                 )
               or on ${g}
                 (
-                    ${peaks_rise}
+                    min by ${g} (
+                        label_replace(${peaks_rise}, "from", "day", "", "")
+                      or
+                        label_replace(
+                            (${envelope} - on ${g} last_over_time(${highest}[${hold}]))
+                          * on ${g}
+                            (${bw_s} / clamp_min(time() - ${since}, ${bw_s})),
+                            "from", "highest", "", ""
+                        )
+                    )
                   > on ${g}
                     ${minimum}
                   unless on ${g}
@@ -626,6 +639,7 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
             minimum=min_rise(config),
             peaks_rise=peaks_rise,
             highest=q.HIGHEST_ENVELOPE, envelope=q.PEAK_ENVELOPE,
+            since=f"last_over_time({q.HIGHEST_ENVELOPE_SINCE}[{memory_hold}])",
             hold=memory_hold,
             bw_s=bw_s, fallen=q.FALLEN_FLOOR)),
         # Where a peak as tall as the day's tallest stands now (teeth: at any hour).
@@ -869,35 +883,41 @@ def floor_memory_recording_rules(config: Config) -> list[Rule]:
                     bw_s=config.baseline_window_s)
 
     memory_hold = floor_memory_hold(config)
-    # When the highest floor was recorded: now less a window where the floor that just
-    # entered the memory is its highest (a leak's, each round), else as recorded before
-    # while that floor is still in the memory, else unknown and taken as the oldest the
-    # memory holds (its highest floor left it, or its history broke: the rise from it
-    # then reads slowest).
-    since = expr(
-        """
-            (
-                last_over_time(${whole}[${hold}] offset ${bw})
-              >= on ${g}
-                ${hf}
-            ) * 0 + time() - ${bw_s}
-          or
-            last_over_time(${since}[${memory_hold}]) > time() - ${memory_s}
-            and on ${g}
-            ${hf}
-          or
-            ${hf} * 0 + time() - ${memory_s}
-        """,
-        whole=q.WHOLE_BASELINE, hold=duration(config.lasting_hold_s), bw=bw, g=gb,
-        hf=q.HIGHEST_FLOOR, bw_s=config.baseline_window_s, since=q.HIGHEST_FLOOR_SINCE,
-        memory_hold=memory_hold, memory_s=config.floor_memory_s)
+
+    # When the highest figure was recorded: now less a window where the figure that just
+    # entered the memory is its highest (a leak's, each round; the latest of equal
+    # figures: a day's peak the envelope holds a day), else as recorded before while
+    # that figure is still in the memory, else unknown and taken as the oldest the
+    # memory holds (its highest left it, or its history broke: the rise from it then
+    # reads slowest).
+    def since(recorded: str, highest: str, since_name: str) -> str:
+        return expr(
+            """
+                (
+                    last_over_time(${recorded}[${hold}] offset ${bw})
+                  >= on ${g}
+                    ${highest}
+                ) * 0 + time() - ${bw_s}
+              or
+                last_over_time(${since}[${memory_hold}]) > time() - ${memory_s}
+                and on ${g}
+                ${highest}
+              or
+                ${highest} * 0 + time() - ${memory_s}
+            """,
+            recorded=recorded, hold=duration(config.lasting_hold_s), bw=bw, g=gb,
+            highest=highest, bw_s=config.baseline_window_s, since=since_name,
+            memory_hold=memory_hold, memory_s=config.floor_memory_s)
+
     return recording_rules([
         (q.HIGHEST_FLOOR, f"max_over_time({q.WHOLE_BASELINE}[{duration(back)}]"
                           f" offset {bw})"),
-        (q.HIGHEST_FLOOR_SINCE, since),
+        (q.HIGHEST_FLOOR_SINCE, since(q.WHOLE_BASELINE, q.HIGHEST_FLOOR, q.HIGHEST_FLOOR_SINCE)),
         (q.FLOOR_RISE_PAST_FALL, _floor_rise_past_fall(config)),
         (q.HIGHEST_ENVELOPE, f"max_over_time({q.PEAK_ENVELOPE}[{duration(back)}]"
                              f" offset {bw})"),
+        (q.HIGHEST_ENVELOPE_SINCE,
+         since(q.PEAK_ENVELOPE, q.HIGHEST_ENVELOPE, q.HIGHEST_ENVELOPE_SINCE)),
         (q.KIND_PEAK_GROWTH, _per_kind(config, peak_rise)),
         (q.PROCESS_PEAK_GROWTH, peak_rise(q.PROCESS_MEMORY)),
     ], q.FLOOR_MEMORY_RECORDING_RULE_HELP)

@@ -95,6 +95,7 @@ HIGHEST_FLOOR = "headroom:memory_unreclaimable:highest_floor"
 HIGHEST_FLOOR_SINCE = "headroom:memory_unreclaimable:highest_floor_timestamp_seconds"
 FLOOR_RISE_PAST_FALL = "headroom:memory_unreclaimable:baseline_rise_past_fall"
 HIGHEST_ENVELOPE = "headroom:memory_peak_envelope:highest"
+HIGHEST_ENVELOPE_SINCE = "headroom:memory_peak_envelope:highest_timestamp_seconds"
 KIND_PEAK_GROWTH = "headroom:memory_kind_peak_growth:rate"  # per workload and kind
 PROCESS_PEAK_GROWTH = "headroom:process_memory_peak_growth:rate"
 # Compatibility: the alert owner of earlier releases is the binding cgroup.
@@ -135,7 +136,8 @@ FAST_RECORDING_RULE_HELP: dict[str, str] = {
     "lasting = the rise per day of both the floor and the envelope of the peaks (the "
     "smaller), from hourly minima and maxima, or of the peaks alone where they rose two "
     "days running (each by more than the minimum) and above every peak of the week "
-    "before (HIGHEST_ENVELOPE) by half that rise",
+    "before (HIGHEST_ENVELOPE) by half that rise; that rise, or the rise above the "
+    "week's highest over its age (HIGHEST_ENVELOPE_SINCE) where that is less",
     TIME_TO_LIMIT_BY_HORIZON: "seconds until the limit in force now, per horizon: short "
     "and medium from the recent peak; lasting the sooner of the peaks' envelope at the "
     "lasting rate and the daily pattern (the first hours-ahead window whose pattern peak "
@@ -351,6 +353,10 @@ FLOOR_MEMORY_RECORDING_RULE_HELP: dict[str, str] = {
     HIGHEST_ENVELOPE: "the highest envelope of the peaks (PEAK_ENVELOPE) recorded over the "
     "floor memory before the last envelope window: peaks that rise two days running "
     "are lasting growth only above it (a weekly pattern's weekday peaks come back to it)",
+    HIGHEST_ENVELOPE_SINCE: "when the envelope last held HIGHEST_ENVELOPE (unix seconds, "
+    "to a lasting interval): the peaks' rise above it spans that long, not a window "
+    "(a leak under a weekly pattern, read on a Tuesday from Friday's peaks). Where the "
+    "floor memory holds no such time, its oldest: a floor memory ago",
     KIND_PEAK_GROWTH: "each kind's highest figure over the envelope window minus its "
     "highest over the window before, per second: what grows in the peaks. Recorded "
     "only where the lasting horizon binds the pod and no cgroup of it has a floor that "

@@ -27,6 +27,7 @@ from exporter.oncall.forecast.series import (
     ramp_growth,
     recent_pattern_rise,
     teeth,
+    week_peaks_since,
 )
 from exporter.oncall.top import (
     COLUMNS,
@@ -445,6 +446,34 @@ def test_a_weekly_pattern_is_no_lasting_growth_and_a_leak_is() -> None:
     under = [(t, weekly(t) + t * GiB / 2 / day) for t in
              (i * 300.0 for i in range(int(wednesday / 300) + 1))]
     assert floor_rise(under, wednesday, w, 32 * GiB) == pytest.approx(GiB / 2, rel=0.03)
+
+
+def test_peaks_back_from_a_weekend_rise_over_the_age_of_last_weeks_highest() -> None:
+    """HIGHEST_ENVELOPE_SINCE's mirror: weekdays at 24 GiB, a weekend at 16 GiB, back
+    over Monday, under a 0.5 GiB-a-day leak (a 32 GiB limit), read on Tuesday. The floor
+    a day ago is Monday's climb, below Friday's: no floor rise is read, and the peaks
+    alone rose a day running above last week's highest (Friday's) by more than half the
+    day's rise. That day's rise is the weekend's return (1.5 GiB at 04:00, 3.5 at 16:00:
+    a ticket's 28 h to the limit, a week early); above Friday's peaks over the days
+    since the envelope last held them (from Saturday), the rise is the leak's, read up
+    to half again (the rules' promtool test ``weekly_pattern`` reads the same). A batch
+    whose peaks grow each night is unchanged: last week's highest is last night's."""
+    w = fc.Windows.of()
+    day, leak, limit = 86400.0, GiB / 2, 32 * GiB
+
+    def weekly(t: float) -> float:
+        d = t / day
+        level = 24 * GiB if d < 5 else 16 * GiB if d < 7 else 16 * GiB + 8 * GiB * min(
+            1.0, d - 7)
+        return level + leak * d
+
+    for now in (8 * day + 4 * 3600, 8 * day + 16 * 3600):
+        pts = [(t, weekly(t)) for t in (i * 300.0 for i in range(int(now / 300) + 1))]
+        assert floor_rise(pts, now, w, limit) < 0
+        rate = growth(pts, now, w, limit)["lasting"] * day
+        assert leak <= rate <= 1.5 * leak, (now, rate / GiB)
+        since = week_peaks_since(pts, now, w)
+        assert since is not None and since == pytest.approx(6 * day + 7200, abs=600)
 
 
 def test_a_leak_that_outran_the_weekend_is_read_from_the_floor_before_its_fall() -> None:

@@ -265,6 +265,18 @@ def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
                    now - w.baseline - w.hour)
 
 
+def week_peaks_since(points: Sequence[Point], now: float, w: Windows) -> float | None:
+    """HIGHEST_ENVELOPE_SINCE: the last time the envelope held the week's highest peak
+    (a window after the latest point of that height, as an envelope holds a peak; at
+    most a window ago, the newest envelope the floor memory reads)."""
+    peak = week_peaks(points, now, w)
+    if peak is None:
+        return None
+    start, end = now - w.floor_memory - w.baseline - 2 * w.hour, now - w.baseline - w.hour
+    at = max(t for t, v in between(points, start, end) if v >= peak)
+    return min(at + w.baseline + 2 * w.hour, now - w.baseline)
+
+
 class _Sliding:
     """The lowest (or highest) figure over (start, end] as both edges only move forward:
     a monotonic deque, each point pushed and popped once over a walk of evaluations."""
@@ -340,16 +352,23 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
         return min(rises) / w.baseline
     # Or the peaks alone, a window running and the window before, above every peak of
     # the floor memory before (HIGHEST_ENVELOPE) by half that rise: a batch or a swing
-    # that grows, not a weekly pattern's return to its weekday peaks.
+    # that grows, not a weekly pattern's return to its weekday peaks. The rise is the
+    # smaller of that and the rise above the week's highest over its age.
     ec = envelope(points, now, w, 2)
     if ea is None or eb is None or ec is None or _covered(points, now - w.baseline, w) \
             < w.min_cover:
         return None
-    rise = min(ea - eb, eb - ec)
+    day_rise = min(ea - eb, eb - ec)
     week = week_peaks(points, now, w)
-    if rise <= minimum or (week is not None and week + rise / 2 >= ea):
+    if week is not None and week + day_rise / 2 >= ea:
         return None
-    return rise / w.baseline
+    rise = day_rise
+    since = week_peaks_since(points, now, w)
+    if week is not None and since is not None:
+        # Above last week's highest over its age, where that is less: a leak under a
+        # weekly pattern rose from Friday's peaks at its rate, not the weekend's return.
+        rise = min(rise, (ea - week) * w.baseline / max(now - since, w.baseline))
+    return rise / w.baseline if rise > minimum else None
 
 
 def min_rise(w: Windows, limit: float) -> float:
