@@ -167,6 +167,27 @@ def floor(points: Sequence[Point], now: float, w: Windows, days_ago: int = 0
     return lowest(points, start, end)
 
 
+class _Sliding:
+    """The lowest (or highest) figure over (start, end] as both edges only move forward:
+    a monotonic deque, each point pushed and popped once over a walk of evaluations."""
+
+    def __init__(self, points: Sequence[Point], lowest: bool) -> None:
+        self.points, self.lowest, self.i = points, lowest, 0
+        self.kept: deque[Point] = deque()
+
+    def over(self, start: float, end: float) -> float | None:
+        while self.i < len(self.points) and self.points[self.i][0] <= end:
+            p = self.points[self.i]
+            while self.kept and (self.kept[-1][1] >= p[1] if self.lowest
+                                 else self.kept[-1][1] <= p[1]):
+                self.kept.pop()
+            self.kept.append(p)
+            self.i += 1
+        while self.kept and self.kept[0][0] <= start:
+            self.kept.popleft()
+        return self.kept[0][1] if self.kept else None
+
+
 def highest_floor(points: Sequence[Point], now: float, w: Windows
                   ) -> tuple[float, float] | None:
     """HIGHEST_FLOOR and HIGHEST_FLOOR_SINCE: the highest floor at the lasting
@@ -185,19 +206,12 @@ def highest_floor(points: Sequence[Point], now: float, w: Windows
         instants.append(t)
         t -= w.lasting_interval
     best: tuple[float, float] | None = None
-    lows: deque[Point] = deque()  # increasing values: the window's minimum first
-    i = 0
+    lows = _Sliding(points, lowest=True)
     for t in reversed(instants):
-        while i < len(points) and points[i][0] <= t:
-            while lows and lows[-1][1] >= points[i][1]:
-                lows.pop()
-            lows.append(points[i])
-            i += 1
-        while lows and lows[0][0] <= t - window:
-            lows.popleft()
+        low = lows.over(t - window, t)
         # The latest of equal floors, as the rule's time of the floor that entered.
-        if lows and (best is None or lows[0][1] >= best[0]):
-            best = (lows[0][1], t)
+        if low is not None and (best is None or low >= best[0]):
+            best = (low, t)
     return best
 
 
@@ -275,27 +289,6 @@ def week_peaks_since(points: Sequence[Point], now: float, w: Windows) -> float |
     start, end = now - w.floor_memory - w.baseline - 2 * w.hour, now - w.baseline - w.hour
     at = max(t for t, v in between(points, start, end) if v >= peak)
     return min(at + w.baseline + 2 * w.hour, now - w.baseline)
-
-
-class _Sliding:
-    """The lowest (or highest) figure over (start, end] as both edges only move forward:
-    a monotonic deque, each point pushed and popped once over a walk of evaluations."""
-
-    def __init__(self, points: Sequence[Point], lowest: bool) -> None:
-        self.points, self.lowest, self.i = points, lowest, 0
-        self.kept: deque[Point] = deque()
-
-    def over(self, start: float, end: float) -> float | None:
-        while self.i < len(self.points) and self.points[self.i][0] <= end:
-            p = self.points[self.i]
-            while self.kept and (self.kept[-1][1] >= p[1] if self.lowest
-                                 else self.kept[-1][1] <= p[1]):
-                self.kept.pop()
-            self.kept.append(p)
-            self.i += 1
-        while self.kept and self.kept[0][0] <= start:
-            self.kept.popleft()
-        return self.kept[0][1] if self.kept else None
 
 
 def fallen_floor(points: Sequence[Point], now: float, w: Windows, limit: float
