@@ -619,7 +619,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
                         label_replace(
                             (${envelope} - on ${g} last_over_time(${highest}[${hold}]))
                           * on ${g}
-                            (${bw_s} / clamp_min(time() - ${since}, ${bw_s})),
+                            (${bw_s} / clamp_min(time() - ${since}, ${bw_s}))
+                          and on ${g}
+                            ${peaks_rise},
                             "from", "highest", "", ""
                         )
                     )

@@ -71,6 +71,7 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "mode-switch": healthy.mode_switch,
     "daily-flush": healthy.daily_flush,
     "leak-fixed": healthy.leak_fixed,
+    "flush-leak": killed.flush_leak,
 }
 
 
@@ -114,6 +115,7 @@ PROPERTIES: dict[str, str] = {
     "mode-switch": "silent-on-two-working-sets-once-known",
     "daily-flush": "silent-on-a-cache-flushed-about-daily",
     "leak-fixed": "clears-within-the-hour-of-a-fix-in-place",
+    "flush-leak": "one-page-as-the-fill-that-kills-is-about-to-cross",
 }
 
 

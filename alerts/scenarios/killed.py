@@ -103,6 +103,32 @@ def sawtooth(rng: random.Random) -> Draw:
                                        "rise": rise, "days": days})
 
 
+def flush_leak(rng: random.Random) -> Draw:
+    """A cache filled over 20-36 hours and flushed (each fill 25-45 % of the limit, over
+    85-97 % of the period) over a leak that lifts every peak, the first at 70-80 % of
+    the limit, until a fill crosses it after 3-5 days: one page as the fill that kills
+    is about to cross, none for the fills flushed before it. A period longer than a day
+    falls below the whole day's floor at each flush (as a leak fixed in place does), and
+    a fill spans most of the day's envelope: no daily pattern and no teeth to read."""
+    step, pod = _step(rng, (60, 90, 120)), "flush-leak-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(20, 36) * HOUR
+    rise = rng.uniform(0.85, 0.97)
+    height = rng.uniform(0.25, 0.45) * limit
+    peak0 = rng.uniform(0.7, 0.8) * limit
+    days = rng.uniform(3, 5)
+    leak = (limit - peak0) / (days * DAY)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak0 - height + leak * t + height * _tooth(t, period, rise) + noise(t)
+
+    case, kill = _noisy_kill("flush-leak", step, pod, limit, u, noise.sigma, 8 * DAY)
+    return Draw("flush-leak", 0, case, {"step": step, "period_h": period / HOUR,
+                                        "pct_day": leak * DAY / limit * 100,
+                                        "days": kill / DAY})
+
+
 def jittered_sawtooth(rng: random.Random) -> Draw:
     """A cache flushed at irregular times (each period 0.6-1.4 of a 2-6 hour mean, each
     tooth 0.7-1.3 of the mean height) over a floor that climbs to a kill in 2.5-3.5
