@@ -109,7 +109,11 @@ def flush_leak(rng: random.Random) -> Draw:
     the limit, until a fill crosses it after 3-5 days: one page as the fill that kills
     is about to cross, none for the fills flushed before it. A period longer than a day
     falls below the whole day's floor at each flush (as a leak fixed in place does), and
-    a fill spans most of the day's envelope: no daily pattern and no teeth to read."""
+    a fill spans most of the day's envelope: no daily pattern and no teeth to read. As
+    for a sawtooth, the page may come on the fill before the one that kills (a period
+    and two hours ahead): seed 0's tops at 98.5 % of the limit, climbing 1.2 % an hour
+    until its flush, a day before the kill, and a pager that called that fill "act
+    now" was right but for a flush it had seen three times."""
     step, pod = _step(rng, (60, 90, 120)), "flush-leak-0"
     limit = rng.uniform(24, 48) * GiB
     period = rng.uniform(20, 36) * HOUR
@@ -123,7 +127,8 @@ def flush_leak(rng: random.Random) -> Draw:
     def u(t: int) -> float:
         return peak0 - height + leak * t + height * _tooth(t, period, rise) + noise(t)
 
-    case, kill = _noisy_kill("flush-leak", step, pod, limit, u, noise.sigma, 8 * DAY)
+    case, kill = _noisy_kill("flush-leak", step, pod, limit, u, noise.sigma, 8 * DAY,
+                             page_max=int(period + 2 * HOUR))
     return Draw("flush-leak", 0, case, {"step": step, "period_h": period / HOUR,
                                         "pct_day": leak * DAY / limit * 100,
                                         "days": kill / DAY})
