@@ -72,6 +72,8 @@ CLASSES: dict[str, Callable[[random.Random], Draw]] = {
     "daily-flush": healthy.daily_flush,
     "leak-fixed": healthy.leak_fixed,
     "flush-leak": killed.flush_leak,
+    "quick-teeth": killed.quick_teeth,
+    "quick-teeth-healthy": healthy.quick_teeth_healthy,
 }
 
 
@@ -116,6 +118,8 @@ PROPERTIES: dict[str, str] = {
     "daily-flush": "silent-on-a-cache-flushed-about-daily",
     "leak-fixed": "clears-within-the-hour-of-a-fix-in-place",
     "flush-leak": "one-page-as-the-fill-that-kills-is-about-to-cross",
+    "quick-teeth": "one-page-when-quick-teeths-peaks-are-about-to-cross",
+    "quick-teeth-healthy": "silent-on-quick-teeth",
 }
 
 

@@ -62,6 +62,29 @@ def sawtooth_healthy(rng: random.Random) -> Draw:
                 {"step": step, "period_h": period / HOUR, "peak": peak / limit})
 
 
+def quick_teeth_healthy(rng: random.Random) -> Draw:
+    """A buffer filled and released every 20-120 minutes (KV blocks offloaded and freed,
+    a scheduler's batches), each fill 10-25 % of the limit over 30-90 % of the period,
+    its constant peaks at 85-93 %, for three days: silent. Every fill is a climb the
+    short and medium horizons read, to the same peak as the one before."""
+    step, pod = _step(rng, (30, 60, 120)), "quick-ok-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(20, 120) * MINUTE
+    rise = rng.uniform(0.3, 0.9)
+    peak = rng.uniform(0.85, 0.93) * limit
+    height = rng.uniform(0.1, 0.25) * limit
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak - height + height * _tooth(t, period, rise) + noise(t)
+
+    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
+    _single(rec, pod, lambda t: limit, u)
+    return Draw("quick-teeth-healthy", 0,
+                _healthy("quick-teeth-healthy", step, 3 * DAY, rec),
+                {"step": step, "period_min": period / MINUTE, "peak": peak / limit})
+
+
 def jittered_sawtooth_healthy(rng: random.Random) -> Draw:
     """The irregular cache (periods 0.6-1.4 of a 2-6 hour mean, teeth 0.7-1.3 of the mean
     height) over a flat floor, its tallest possible tooth at 82-92 % of the limit, for

@@ -103,6 +103,30 @@ def sawtooth(rng: random.Random) -> Draw:
                                        "rise": rise, "days": days})
 
 
+def quick_teeth(rng: random.Random) -> Draw:
+    """A buffer filled and released every 20-120 minutes (each fill 10-25 % of the
+    limit over 30-90 % of the period) whose peaks climb from 75-85 % of the limit
+    until one crosses it after 2-4 days: one page when the peaks are about to cross,
+    not one for each fill (dozens a day climb as fast as a ramp)."""
+    step, pod = _step(rng, (30, 60, 120)), "quick-0"
+    limit = rng.uniform(24, 48) * GiB
+    period = rng.uniform(20, 120) * MINUTE
+    rise = rng.uniform(0.3, 0.9)
+    height = rng.uniform(0.1, 0.25) * limit
+    peak0 = rng.uniform(0.75, 0.85) * limit
+    days = rng.uniform(2, 4)
+    climb = (limit - peak0) / (days * DAY)
+    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
+
+    def u(t: int) -> float:
+        return peak0 - height + climb * t + height * _tooth(t, period, rise) + noise(t)
+
+    case, kill = _noisy_kill("quick-teeth", step, pod, limit, u, noise.sigma, 6 * DAY,
+                             page_max=int(period + 2 * HOUR))
+    return Draw("quick-teeth", 0, case, {"step": step, "period_min": period / MINUTE,
+                                         "days": kill / DAY})
+
+
 def flush_leak(rng: random.Random) -> Draw:
     """A cache filled over 20-36 hours and flushed (each fill 25-45 % of the limit, over
     85-97 % of the period) over a leak that lifts every peak, the first at 70-80 % of

@@ -101,17 +101,24 @@ REGRESSIONS = [("leak-restarted", 15, 0), ("leak-restarted", 25, 1),
 # seed 1, at 120 s: 3,600), of leak-fixed 5.2 days of 30-s scrapes (15,000; seed 2, 4
 # days at 120 s: 2,900). weekly-leak's shortest of the first six, seed 4 (131 h at
 # 120 s), is one of its draws not held yet (named in the class's docstring): seed 1 (157 h
-# at 90 s, 6,300) holds.
+# at 90 s, 6,300) holds. flush-leak's seed 0 replays 4.6 days at 60 s (6,700); seed 4,
+# 4.1 days at 90 s (4,000).
 FIXED_SEED = {"leak-restarted": 17, "growing-batch": 3, "late-leak": 2, "exporter-gaps": 3,
-              "reload-then-leak": 3, "weekly-leak": 1, "daily-flush": 1, "leak-fixed": 2}
+              "reload-then-leak": 3, "weekly-leak": 1, "daily-flush": 1, "leak-fixed": 2,
+              "flush-leak": 4}
 # Draws the rules do not hold yet, each with what goes wrong: strict, so that a fix shows
 # (the sweep's other failing draws are named in their classes' docstrings).
 NOT_YET_HELD: dict[tuple[str, int, int], str] = {
     ("jittered-sawtooth", 1, 1): "the tooth's crest, the day's tallest fall (1.29 of the "
     "teeth's mean height, near the 1.3 they reach) plus their spread, comes within 3 h of "
     "the limit at the lasting rate and pages 54 min before the class allows",
+    ("quick-teeth", 0, 0): "every hour holds a whole fill and its release, so the quiet "
+    "hours' swing (QUIET_SWING) is the teeth's height, not noise, and the noise band "
+    "pages while the peaks are that close to the limit: 6 h 9 min ahead (seeds 1 and 2, "
+    "47 h and 37 h)",
 }
-DRAWS = [(cls, FIXED_SEED.get(cls, 0), i % 3) for i, cls in enumerate(generator.CLASSES)] + [
+DRAWS = [d for i, cls in enumerate(generator.CLASSES)
+         if (d := (cls, FIXED_SEED.get(cls, 0), i % 3)) not in NOT_YET_HELD] + [
     (cls, 1, (i + 1) % 3) for i, cls in enumerate(SHORT)] + REGRESSIONS + list(NOT_YET_HELD)
 
 
