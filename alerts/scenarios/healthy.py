@@ -45,21 +45,8 @@ def limit_raised(rng: random.Random) -> Draw:
 
 def sawtooth_healthy(rng: random.Random) -> Draw:
     """The same cache with constant peaks below the limit for three days: silent."""
-    step, pod = _step(rng, (60, 90, 120)), "sawtooth-ok-0"
-    limit = rng.uniform(24, 48) * GiB
-    period = rng.uniform(2, 6) * HOUR
-    rise = rng.uniform(0.5, 0.9)
-    peak = rng.uniform(0.8, 0.9) * limit
-    height = rng.uniform(0.2, 0.4) * limit
-    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
-
-    def u(t: int) -> float:
-        return peak - height + height * _tooth(t, period, rise) + noise(t)
-
-    rec = Recorder(range(0, 3 * DAY + 1, step), steady())
-    _single(rec, pod, lambda t: limit, u)
-    return Draw("sawtooth-healthy", 0, _healthy("sawtooth-healthy", step, 3 * DAY, rec),
-                {"step": step, "period_h": period / HOUR, "peak": peak / limit})
+    return _steady_fills(rng, "sawtooth-healthy", _step(rng, (60, 90, 120)), "sawtooth-ok-0",
+                         (2 * HOUR, 6 * HOUR), (0.5, 0.9), (0.8, 0.9), (0.2, 0.4))
 
 
 def quick_teeth_healthy(rng: random.Random) -> Draw:
@@ -67,22 +54,29 @@ def quick_teeth_healthy(rng: random.Random) -> Draw:
     a scheduler's batches), each fill 10-25 % of the limit over 30-90 % of the period,
     its constant peaks at 85-93 %, for three days: silent. Every fill is a climb the
     short and medium horizons read, to the same peak as the one before."""
-    step, pod = _step(rng, (30, 60, 120)), "quick-ok-0"
+    return _steady_fills(rng, "quick-teeth-healthy", _step(rng, (30, 60, 120)), "quick-ok-0",
+                         (20 * MINUTE, 120 * MINUTE), (0.3, 0.9), (0.85, 0.93), (0.1, 0.25))
+
+
+def _steady_fills(rng: random.Random, name: str, step: int, pod: str,
+                  period_s: tuple[float, float], rise: tuple[float, float],
+                  peak: tuple[float, float], height: tuple[float, float]) -> Draw:
+    """Fills of ``height`` (a share of the limit) over ``rise`` of each period to the
+    same ``peak``, released at its end, for three days: silent."""
     limit = rng.uniform(24, 48) * GiB
-    period = rng.uniform(20, 120) * MINUTE
-    rise = rng.uniform(0.3, 0.9)
-    peak = rng.uniform(0.85, 0.93) * limit
-    height = rng.uniform(0.1, 0.25) * limit
+    period = rng.uniform(*period_s)
+    rise_share = rng.uniform(*rise)
+    top = rng.uniform(*peak) * limit
+    fill = rng.uniform(*height) * limit
     noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
 
     def u(t: int) -> float:
-        return peak - height + height * _tooth(t, period, rise) + noise(t)
+        return top - fill + fill * _tooth(t, period, rise_share) + noise(t)
 
     rec = Recorder(range(0, 3 * DAY + 1, step), steady())
     _single(rec, pod, lambda t: limit, u)
-    return Draw("quick-teeth-healthy", 0,
-                _healthy("quick-teeth-healthy", step, 3 * DAY, rec),
-                {"step": step, "period_min": period / MINUTE, "peak": peak / limit})
+    return Draw(name, 0, _healthy(name, step, 3 * DAY, rec),
+                {"step": step, "period_h": period / HOUR, "peak": top / limit})
 
 
 def jittered_sawtooth_healthy(rng: random.Random) -> Draw:

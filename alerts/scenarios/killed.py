@@ -118,23 +118,9 @@ def quick_teeth(rng: random.Random) -> Draw:
     swing is no fix: heavy noise (noisy-flat, a deviation of 1.4 % of the limit) falls
     "sharply" in most hours too. Noise read from the figures' differences, not from an
     hour's line, would tell a release from noise."""
-    step, pod = _step(rng, (30, 60, 120)), "quick-0"
-    limit = rng.uniform(24, 48) * GiB
-    period = rng.uniform(20, 120) * MINUTE
-    rise = rng.uniform(0.3, 0.9)
-    height = rng.uniform(0.1, 0.25) * limit
-    peak0 = rng.uniform(0.75, 0.85) * limit
-    days = rng.uniform(2, 4)
-    climb = (limit - peak0) / (days * DAY)
-    noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
-
-    def u(t: int) -> float:
-        return peak0 - height + climb * t + height * _tooth(t, period, rise) + noise(t)
-
-    case, kill = _noisy_kill("quick-teeth", step, pod, limit, u, noise.sigma, 6 * DAY,
-                             page_max=int(period + 2 * HOUR))
-    return Draw("quick-teeth", 0, case, {"step": step, "period_min": period / MINUTE,
-                                         "days": kill / DAY})
+    return _climbing_fills(rng, "quick-teeth", _step(rng, (30, 60, 120)), "quick-0",
+                           (20 * MINUTE, 120 * MINUTE), (0.3, 0.9), (0.1, 0.25), (0.75, 0.85),
+                           (2, 4))
 
 
 def flush_leak(rng: random.Random) -> Draw:
@@ -148,24 +134,35 @@ def flush_leak(rng: random.Random) -> Draw:
     and two hours ahead): seed 0's tops at 98.5 % of the limit, climbing 1.2 % an hour
     until its flush, a day before the kill, and a pager that called that fill "act
     now" was right but for a flush it had seen three times."""
-    step, pod = _step(rng, (60, 90, 120)), "flush-leak-0"
+    return _climbing_fills(rng, "flush-leak", _step(rng, (60, 90, 120)), "flush-leak-0",
+                           (20 * HOUR, 36 * HOUR), (0.85, 0.97), (0.25, 0.45), (0.7, 0.8),
+                           (3, 5))
+
+
+def _climbing_fills(rng: random.Random, name: str, step: int, pod: str,
+                    period_s: tuple[float, float], rise: tuple[float, float],
+                    height: tuple[float, float], first_peak: tuple[float, float],
+                    days: tuple[float, float]) -> Draw:
+    """Fills of ``height`` (a share of the limit) over ``rise`` of each period, released
+    at its end, whose peaks climb from ``first_peak`` until one crosses the limit after
+    ``days``: the page may come on the fill before the one that kills (a period and two
+    hours ahead), as for a sawtooth."""
     limit = rng.uniform(24, 48) * GiB
-    period = rng.uniform(20, 36) * HOUR
-    rise = rng.uniform(0.85, 0.97)
-    height = rng.uniform(0.25, 0.45) * limit
-    peak0 = rng.uniform(0.7, 0.8) * limit
-    days = rng.uniform(3, 5)
-    leak = (limit - peak0) / (days * DAY)
+    period = rng.uniform(*period_s)
+    rise_share = rng.uniform(*rise)
+    fill = rng.uniform(*height) * limit
+    peak0 = rng.uniform(*first_peak) * limit
+    span = rng.uniform(*days)
+    climb = (limit - peak0) / (span * DAY)  # of the peaks, per second
     noise = Noise(rng.randrange(10**6), rng.uniform(0.001, 0.003) * limit)
 
     def u(t: int) -> float:
-        return peak0 - height + leak * t + height * _tooth(t, period, rise) + noise(t)
+        return peak0 - fill + climb * t + fill * _tooth(t, period, rise_share) + noise(t)
 
-    case, kill = _noisy_kill("flush-leak", step, pod, limit, u, noise.sigma, 8 * DAY,
-                             page_max=int(period + 2 * HOUR))
-    return Draw("flush-leak", 0, case, {"step": step, "period_h": period / HOUR,
-                                        "pct_day": leak * DAY / limit * 100,
-                                        "days": kill / DAY})
+    case, kill = _noisy_kill(name, step, pod, limit, u, noise.sigma,
+                             int(2 * days[1] * DAY), page_max=int(period + 2 * HOUR))
+    return Draw(name, 0, case, {"step": step, "period_h": period / HOUR,
+                                "pct_day": climb * DAY / limit * 100, "days": kill / DAY})
 
 
 def jittered_sawtooth(rng: random.Random) -> Draw:
