@@ -472,8 +472,11 @@ def test_peaks_back_from_a_weekend_rise_over_the_age_of_last_weeks_highest() -> 
         assert floor_rise(pts, now, w, limit) < 0
         rate = growth(pts, now, w, limit)["lasting"] * day
         assert leak <= rate <= 1.5 * leak, (now, rate / GiB)
-        since = week_peaks_since(pts, now, w)
-        assert since is not None and since == pytest.approx(6 * day + 7200, abs=600)
+        highest = week_peaks_since(pts, now, w)
+        assert highest is not None
+        peak, since = highest
+        assert peak == pytest.approx(26.5 * GiB, rel=1e-3)  # Friday's
+        assert since == pytest.approx(6 * day + 7200, abs=600)
 
 
 def test_a_leak_that_outran_the_weekend_is_read_from_the_floor_before_its_fall() -> None:

@@ -279,16 +279,19 @@ def week_peaks(points: Sequence[Point], now: float, w: Windows) -> float | None:
                    now - w.baseline - w.hour)
 
 
-def week_peaks_since(points: Sequence[Point], now: float, w: Windows) -> float | None:
-    """HIGHEST_ENVELOPE_SINCE: the last time the envelope held the week's highest peak
-    (a window after the latest point of that height, as an envelope holds a peak; at
-    most a window ago, the newest envelope the floor memory reads)."""
-    peak = week_peaks(points, now, w)
-    if peak is None:
+def week_peaks_since(points: Sequence[Point], now: float, w: Windows
+                     ) -> tuple[float, float] | None:
+    """HIGHEST_ENVELOPE and HIGHEST_ENVELOPE_SINCE: the week's highest peak and the last
+    time the envelope held it (a window after the latest point of that height, as an
+    envelope holds a peak; at most a window ago, the newest envelope the floor memory
+    reads)."""
+    week = between(points, now - w.floor_memory - w.baseline - 2 * w.hour,
+                   now - w.baseline - w.hour)
+    if not week:
         return None
-    start, end = now - w.floor_memory - w.baseline - 2 * w.hour, now - w.baseline - w.hour
-    at = max(t for t, v in between(points, start, end) if v >= peak)
-    return min(at + w.baseline + 2 * w.hour, now - w.baseline)
+    peak = max(v for _, v in week)
+    at = max(t for t, v in week if v >= peak)
+    return peak, min(at + w.baseline + 2 * w.hour, now - w.baseline)
 
 
 def fallen_floor(points: Sequence[Point], now: float, w: Windows, limit: float
@@ -351,13 +354,12 @@ def lasting(points: Sequence[Point], now: float, w: Windows, limit: float) -> fl
     if ea is None or eb is None or ec is None or _covered(points, now - w.baseline, w) \
             < w.min_cover:
         return None
-    day_rise = min(ea - eb, eb - ec)
-    week = week_peaks(points, now, w)
-    if week is not None and week + day_rise / 2 >= ea:
-        return None
-    rise = day_rise
-    since = week_peaks_since(points, now, w)
-    if week is not None and since is not None:
+    rise = min(ea - eb, eb - ec)
+    highest = week_peaks_since(points, now, w)
+    if highest is not None:
+        week, since = highest
+        if week + rise / 2 >= ea:
+            return None
         # Above last week's highest over its age, where that is less: a leak under a
         # weekly pattern rose from Friday's peaks at its rate, not the weekend's return.
         rise = min(rise, (ea - week) * w.baseline / max(now - since, w.baseline))
