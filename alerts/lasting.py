@@ -600,9 +600,9 @@ def lasting_recording_rules(config: Config) -> list[Rule]:
         # of them, after rising a weekend's drop. Where the peaks rose above last week's
         # highest less over its age (HIGHEST_ENVELOPE_SINCE), that rise: a leak under a
         # weekly pattern, read on a Tuesday, rose from Friday's peaks at its own rate, not
-        # the weekend's return (the weekly pattern's leaking pod ticketed on a Tuesday
-        # morning at 28 h to its limit, a week before it). None while the memory is below
-        # a fallen floor.
+        # the weekend's return (the weekly pattern's leaking pod ticketed on a Tuesday,
+        # its forecast 25-64 h to a limit a week away). None while the memory is below a
+        # fallen floor.
         (q.GROWTH + "\tlasting", expr(
             """
             (

@@ -565,8 +565,8 @@ def weekly_pattern(cfg: Config) -> Test:
     On Tuesday the third pod's floor is below Friday's (Monday's climb is in its
     window) and its peaks alone rose a day running above last week's highest by more
     than half the day's rise: the peaks-only branch of the lasting rate. The day's rise
-    is the weekend's return (up to 3.5 GiB a day: the pod ticketed from 04:00, 28 h to
-    its limit a week early); the rise above Friday's peaks over the days since the
+    is the weekend's return (up to 3.5 GiB a day: the pod ticketed from 04:00, its forecast
+    25-64 h to a limit a week away); the rise above Friday's peaks over the days since the
     envelope last held them (``HIGHEST_ENVELOPE_SINCE``) is the leak's, read up to half
     again: no ticket all Tuesday."""
     weekday, weekend, limit, leak = 24 * GiB, 16 * GiB, 32 * GiB, GiB // 2

@@ -454,7 +454,7 @@ def test_peaks_back_from_a_weekend_rise_over_the_age_of_last_weeks_highest() -> 
     a day ago is Monday's climb, below Friday's: no floor rise is read, and the peaks
     alone rose a day running above last week's highest (Friday's) by more than half the
     day's rise. That day's rise is the weekend's return (1.5 GiB at 04:00, 3.5 at 16:00:
-    a ticket's 28 h to the limit, a week early); above Friday's peaks over the days
+    a ticket at 25-64 h to the limit, a week early); above Friday's peaks over the days
     since the envelope last held them (from Saturday), the rise is the leak's, read up
     to half again (the rules' promtool test ``weekly_pattern`` reads the same). A batch
     whose peaks grow each night is unchanged: last week's highest is last night's."""
